@@ -1,0 +1,83 @@
+"""Probability-change trust regions: DPPO (hard mask, arXiv 2602.04879) and
+DRPO (smooth quadratic, arXiv 2606.09821).
+
+Both measure a step by the sampled token's probability change p - q, with
+p = exp(logp) and q = exp(old_logp), instead of by the ratio.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lmpo.losses.base import LossInputs, prepare, ratio_metrics
+from lmpo.losses.registry import LOSSES
+
+
+def _truncated_pg(x: LossInputs, keep: torch.Tensor, clip_ratio_c: float):
+    """DPPO's loss on kept tokens: -A * sg(min(r, c)) * logp, exactly 0 on dropped ones."""
+    keep = keep.detach()
+    weight = x.ratio.clamp(max=clip_ratio_c).detach()
+    loss = torch.where(keep, -x.adv * weight * x.logp, torch.zeros_like(x.logp))
+    dropped = (~keep).to(x.logp.dtype)
+    metrics = ratio_metrics(x) | {
+        "dppo/masked_frac": x.mean(dropped),
+        "dppo/truncated_frac": x.mean(((x.ratio > clip_ratio_c) & keep).to(x.logp.dtype)),
+    }
+    return x.zero_off_mask(loss), metrics
+
+
+def _probs(x: LossInputs):
+    return torch.exp(x.logp.detach()), torch.exp(x.old_logp)
+
+
+@LOSSES.register("dppo_tv", default_agg="token-mean")
+def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
+    """DPPO binary-TV: drop a token if A > 0 and p - q > delta_high, or A <= 0 and
+    p - q < -delta_low; keep -A * sg(min(r, c)) * logp on the rest (as verl's dppo_tv)."""
+    x = prepare(logp, old_logp, adv, mask)
+    p, q = _probs(x)
+    keep = torch.where(x.adv > 0, (p - q) <= delta_high, (p - q) >= -delta_low)
+    return _truncated_pg(x, keep, clip_ratio_c)
+
+
+@LOSSES.register("dppo_kl", default_agg="token-mean")
+def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
+    """DPPO binary-KL: D = q log(q/p) + (1-q) log((1-q)/(1-p)); drop a token if
+    D > delta and it moved with its advantage (A > 0 and p > q, or A <= 0 and p < q).
+
+    The 1e-8 guards inside the second log are verl's; (1-p) is floored at 0 so a
+    log-prob that rounds above 0 cannot produce NaN.
+    """
+    x = prepare(logp, old_logp, adv, mask)
+    p, q = _probs(x)
+    d = q * (x.old_logp - x.logp.detach()) + (1 - q) * torch.log(
+        ((1 - q).clamp(min=0) + 1e-8) / ((1 - p).clamp(min=0) + 1e-8)
+    )
+    keep = torch.where(x.adv > 0, (d <= delta) | (p <= q), (d <= delta) | (p >= q))
+    loss, metrics = _truncated_pg(x, keep, clip_ratio_c)
+    metrics["dppo/binary_kl_mean"] = x.mean(d)
+    return loss, metrics
+
+
+@LOSSES.register("drpo", default_agg="seq-mean-token-sum-norm")
+def drpo(logp, old_logp, adv, mask, *, delta=12.5):
+    """DRPO: L = -r A + |A| q (r - 1)^2 / (2 delta)  (= -rA + |A| (p-q)^2 / (2 delta q)).
+
+    Gradient w.r.t. logp is plain PG's -rA times w = 1 - sign(A(r-1)) |p-q| / delta:
+    1 at the anchor, 0 at |p-q| = delta when moving with A, corrective beyond.
+    """
+    if delta <= 0:
+        raise ValueError(f"drpo delta must be > 0, got {delta}")
+    x = prepare(logp, old_logp, adv, mask)
+    q = torch.exp(x.old_logp)
+    penalty = x.adv.abs() * q * (x.ratio - 1).square() / (2 * delta)
+    loss = -x.ratio * x.adv + penalty
+    moved = (q * (x.ratio - 1)).detach()  # p - q (with the clamped ratio)
+    w = 1 - torch.sign(x.adv * moved) * moved.abs() / delta
+    any_valid = bool(x.mask.any())
+    metrics = ratio_metrics(x) | {
+        "drpo/weight_min": float(w[x.mask].min()) if any_valid else 1.0,
+        "drpo/weight_max": float(w[x.mask].max()) if any_valid else 1.0,
+        "drpo/penalty_mean": x.mean(penalty.detach()),
+    }
+    return x.zero_off_mask(loss), metrics

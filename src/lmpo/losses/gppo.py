@@ -1,0 +1,43 @@
+"""CE-GPPO: gradient-preserving clipping, arXiv 2509.20712."""
+
+from __future__ import annotations
+
+import torch
+
+from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.registry import LOSSES
+
+
+@LOSSES.register("cegppo", default_agg="token-mean")
+def cegppo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, beta1=0.5, beta2=1.0,
+           clip_ratio_c=None):
+    """PPO-clip whose clipped tokens keep a bounded, beta-scaled gradient.
+
+        r < 1-eps_low and A < 0  (NA&LP): L = -beta1 (1-eps_low) r/sg(r) A
+        r > 1+eps_high and A > 0 (PA&LP): L = -beta2 (1+eps_high) r/sg(r) A
+        otherwise:                        L = -r A
+
+    r/sg(r) is 1 in value with d/dlogp = 1, so the clipped regions have value
+    -beta(1±eps)A and gradient -beta(1±eps)A per unit dlogp (PPO-clip: 0).
+    Optional dual clip: for A < 0 and r > clip_ratio_c, L = -clip_ratio_c A (no gradient).
+    """
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
+    x = prepare(logp, old_logp, adv, mask)
+    unit = x.ratio / x.ratio.detach()  # value 1, gradient 1 w.r.t. logp
+    low = (x.ratio < 1 - eps_low) & (x.adv < 0)
+    high = (x.ratio > 1 + eps_high) & (x.adv > 0)
+    loss = -x.ratio * x.adv
+    loss = torch.where(low, -beta1 * (1 - eps_low) * unit * x.adv, loss)
+    loss = torch.where(high, -beta2 * (1 + eps_high) * unit * x.adv, loss)
+    lowf, highf = low.to(loss.dtype), high.to(loss.dtype)
+    metrics = ratio_metrics(x) | {
+        "clipfrac": x.mean(lowf + highf),
+        "clipfrac_low": x.mean(lowf),
+        "clipfrac_high": x.mean(highf),
+    }
+    if clip_ratio_c is not None:
+        dual = (x.adv < 0) & (x.ratio > clip_ratio_c)
+        loss = torch.where(dual, -clip_ratio_c * x.adv, loss)
+        metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    return x.zero_off_mask(loss), metrics

@@ -1,0 +1,29 @@
+"""KL estimators to a frozen reference policy (per token)."""
+
+from __future__ import annotations
+
+import torch
+
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi.  # [B, T] -> [B, T]
+
+    k1 = logp - ref_logp; k2 = (logp - ref_logp)^2 / 2;
+    k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1, with the log-ratio clamped to
+    [-20, 20] and the result to [-10, 10] (as verl's low_var_kl).
+    """
+    if logp.shape != ref_logp.shape:
+        raise ValueError(
+            f"ref_logp shape {tuple(ref_logp.shape)} does not match logp shape {tuple(logp.shape)}"
+        )
+    ref_logp = ref_logp.detach()
+    if kind == "k1":
+        return logp - ref_logp
+    if kind == "k2":
+        return 0.5 * (logp - ref_logp).square()
+    if kind == "k3":
+        log_ratio = (ref_logp - logp).clamp(-20, 20)
+        return (torch.exp(log_ratio) - log_ratio - 1).clamp(-10, 10)
+    raise ValueError(f"unknown KL kind {kind!r}; valid kinds: {', '.join(KL_KINDS)}")

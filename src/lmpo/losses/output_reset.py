@@ -1,0 +1,39 @@
+"""Output Reset (PPO-OR / GRPO-OR), arXiv 2607.18163."""
+
+from __future__ import annotations
+
+import torch
+
+from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.registry import LOSSES
+
+WEIGHTS = ("sign", "abs")
+
+
+@LOSSES.register("output_reset", default_agg="token-mean")
+def output_reset(logp, old_logp, adv, mask, *, alpha=0.2, weight="sign"):
+    """L = max(0, alpha - sign(A) * rho)^2 for A != 0, else 0.
+
+    A one-sided squared margin in log-ratio space: once the token has moved
+    `alpha` in its advantage's direction the residual (and gradient) is zero.
+    dL/drho = -2 sign(A) max(0, alpha - sign(A) rho), continuous at the margin
+    (C^1). Only sign(A) enters; weight="abs" multiplies by |A| (lmpo option).
+    """
+    if weight not in WEIGHTS:
+        raise ValueError(f"output_reset weight must be one of {WEIGHTS}, got {weight!r}")
+    if alpha < 0:
+        raise ValueError(f"output_reset alpha must be >= 0, got {alpha}")
+    x = prepare(logp, old_logp, adv, mask)
+    sigma = torch.sign(x.adv)
+    active = x.adv != 0
+    margin = sigma * x.rho
+    residual = torch.relu(alpha - margin)
+    loss = torch.where(active, residual.square(), torch.zeros_like(residual))
+    if weight == "abs":
+        loss = loss * x.adv.abs()
+    metrics = ratio_metrics(x) | {
+        "or/residual": x.mean(loss.detach(), active),
+        "or/overshoot_frac": x.mean((margin >= alpha).to(loss.dtype), active),
+        "or/active_frac": x.mean(active.to(loss.dtype)),
+    }
+    return x.zero_off_mask(loss), metrics

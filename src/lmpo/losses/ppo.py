@@ -1,0 +1,88 @@
+"""PPO-clip (asymmetric eps, dual clip), GSPO, CISPO and REINFORCE."""
+
+from __future__ import annotations
+
+import torch
+
+from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.registry import LOSSES
+
+
+def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
+    """Shares of valid tokens in PPO's two zero-gradient regions.
+
+    clipfrac_low: A < 0 and r < 1-eps_low; clipfrac_high: A > 0 and r > 1+eps_high;
+    clipfrac: either (equals verl's pg_clipfrac).
+    """
+    low = ((x.ratio < 1 - eps_low) & (x.adv < 0)).to(x.ratio.dtype)
+    high = ((x.ratio > 1 + eps_high) & (x.adv > 0)).to(x.ratio.dtype)
+    return {
+        "clipfrac": x.mean(low + high),
+        "clipfrac_low": x.mean(low),
+        "clipfrac_high": x.mean(high),
+    }
+
+
+@LOSSES.register("ppo_clip", default_agg="token-mean")
+def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
+    """L = -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A); dual clip for A<0: min(L, -c*A).
+
+    Written as verl's `vanilla` loss (max of negated terms) so both agree bitwise.
+    """
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
+    x = prepare(logp, old_logp, adv, mask)
+    loss1 = -x.adv * x.ratio
+    loss2 = -x.adv * x.ratio.clamp(1 - eps_low, 1 + eps_high)
+    loss = torch.maximum(loss1, loss2)
+    metrics = ratio_metrics(x) | clip_fractions(x, eps_low, eps_high)
+    if clip_ratio_c is not None:
+        loss3 = -x.adv * clip_ratio_c
+        dual = (x.adv < 0) & (loss > loss3)
+        loss = torch.where(x.adv < 0, torch.minimum(loss3, loss), loss)
+        metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    return x.zero_off_mask(loss), metrics
+
+
+@LOSSES.register("gspo", default_agg="seq-mean-token-mean")
+def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
+    """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
+
+    Token form r = sg(s_i) * exp(logp - sg(logp)), so each token's gradient is
+    the sequence ratio times its own score function. The log sequence ratio is
+    clamped at 10 from above, as in verl.
+    """
+    x = prepare(logp, old_logp, adv, mask)
+    m = x.mask.to(x.logp.dtype)
+    raw = x.logp - x.old_logp  # unclamped per-token log ratio, 0 off-mask
+    seq_log_ratio = (raw * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
+    log_r = x.logp - x.logp.detach() + seq_log_ratio.detach()[:, None]
+    ratio = torch.exp(log_r.clamp(max=10.0))
+    loss1 = -x.adv * ratio
+    loss2 = -x.adv * ratio.clamp(1 - eps_low, 1 + eps_high)
+    loss = torch.maximum(loss1, loss2)
+    seq = ratio.detach()
+    metrics = ratio_metrics(x) | {
+        "clipfrac": x.mean((loss2 > loss1).to(loss.dtype)),
+        "seq_ratio_mean": x.mean(seq),
+    }
+    return x.zero_off_mask(loss), metrics
+
+
+@LOSSES.register("cispo", default_agg="token-mean")
+def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
+    """CISPO: L = -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp (no token is dropped)."""
+    x = prepare(logp, old_logp, adv, mask)
+    weight = x.ratio.clamp(1 - eps_low, 1 + eps_high).detach()
+    loss = -weight * x.adv * x.logp
+    metrics = ratio_metrics(x) | {
+        "clipfrac": x.mean((weight != x.ratio.detach()).to(loss.dtype)),
+    }
+    return x.zero_off_mask(loss), metrics
+
+
+@LOSSES.register("reinforce", default_agg="token-mean")
+def reinforce(logp, old_logp, adv, mask):
+    """Vanilla policy gradient L = -A * logp (assumes on-policy samples; no ratio)."""
+    x = prepare(logp, old_logp, adv, mask)
+    return x.zero_off_mask(-x.adv * x.logp), ratio_metrics(x)

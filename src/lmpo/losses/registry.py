@@ -1,0 +1,5 @@
+"""The policy-loss registry (`get_loss`, `list_losses`)."""
+
+from lmpo.registry import Registry
+
+LOSSES = Registry("loss")

@@ -1,0 +1,90 @@
+"""Name -> callable registries with errors that list the valid choices.
+
+Both the loss library and the advantage estimators use one `Registry`, so the
+trainer and the verl/TRL adapters look every method up the same way and never
+special-case a name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+def nearest(name: str, choices: list[str]) -> str:
+    """A ' (did you mean X?)' hint for a misspelt name, or ''."""
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Registry:
+    """Maps a name to a factory whose keyword-only parameters are hyper-parameters.
+
+    `get(name, **hparams)` binds the hyper-parameters and returns the callable;
+    unknown names raise `KeyError` listing every registered name, unknown
+    hyper-parameters raise `TypeError` listing the valid ones.
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Callable[..., Any]] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
+
+    def register(self, name: str, **meta: Any) -> Callable[[Callable], Callable]:
+        def deco(fn: Callable) -> Callable:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._entries[name] = fn
+            self._meta[name] = meta
+            return fn
+
+        return deco
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def _lookup(self, name: str) -> Callable:
+        if name not in self._entries:
+            raise KeyError(
+                f"unknown {self.kind} {name!r}{nearest(str(name), self.names())}; "
+                f"valid {self.kind}s: {', '.join(self.names())}"
+            )
+        return self._entries[name]
+
+    def hparams(self, name: str) -> dict[str, Any]:
+        """The hyper-parameters of `name` with their defaults."""
+        fn = self._lookup(name)
+        target = fn.__init__ if inspect.isclass(fn) else fn
+        return {
+            p.name: p.default
+            for p in inspect.signature(target).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+    def meta(self, name: str) -> dict[str, Any]:
+        self._lookup(name)
+        return dict(self._meta[name])
+
+    def check_hparams(self, name: str, hparams: dict[str, Any]) -> None:
+        valid = self.hparams(name)
+        unknown = sorted(set(hparams) - set(valid))
+        if unknown:
+            shown = ", ".join(valid) if valid else "none"
+            raise TypeError(
+                f"{self.kind} {name!r} got unknown hyper-parameter(s) {unknown}; "
+                f"valid ones: {shown}"
+            )
+
+    def get(self, name: str, **hparams: Any) -> Callable:
+        """Bind `hparams` to the entry `name`. Classes are instantiated."""
+        fn = self._lookup(name)
+        self.check_hparams(name, hparams)
+        if inspect.isclass(fn):
+            return fn(**hparams)
+        bound = functools.partial(fn, **hparams)
+        functools.update_wrapper(bound, fn)
+        bound.name = name  # type: ignore[attr-defined]
+        return bound
