@@ -32,20 +32,19 @@ def _status(field: str) -> int:
 def child(path: str, rows: int, vocab: int, backward: bool, repeats: int) -> dict:
     import torch
 
-    from lmpo.logprobs import entropy, naive_entropy, naive_token_logprobs, token_logprobs
+    from lmpo.logprobs import logprobs_and_entropy, naive_logprobs_and_entropy
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
     logits = torch.randn(rows, vocab, requires_grad=backward)
     ids = torch.randint(0, vocab, (rows,))
-    fns = {"chunked": (token_logprobs, entropy), "naive": (naive_token_logprobs, naive_entropy)}
-    lp_fn, h_fn = fns[path]
+    fn = {"chunked": logprobs_and_entropy, "naive": naive_logprobs_and_entropy}[path]
     times, peak = [], None
     for _ in range(repeats):
         Path("/proc/self/clear_refs").write_text("5")
         base = _status("VmRSS")
         t0 = time.perf_counter()
-        lp, h = lp_fn(logits[None], ids[None]), h_fn(logits[None])
+        lp, h = fn(logits[None], ids[None])
         if backward:
             (grad,) = torch.autograd.grad(lp.sum() + h.sum(), logits)
             del grad

@@ -43,3 +43,18 @@ def test_bfloat16_logits_are_computed_in_float32():
 def test_shape_error():
     with pytest.raises(ValueError, match=r"ids shape \(2, 4\)"):
         token_logprobs(torch.zeros(2, 5, 3), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_fused_matches_naive_and_unused_entropy_is_skipped():
+    from lmpo.logprobs import logprobs_and_entropy, naive_logprobs_and_entropy
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 3, 20, generator=g, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 20, (4, 3), generator=g)
+    for chunk in (None, 5):
+        lp, h = logprobs_and_entropy(logits, ids, chunk_rows=chunk)
+        nlp, nh = naive_logprobs_and_entropy(logits, ids)
+        torch.testing.assert_close((lp, h), (nlp, nh), rtol=1e-6, atol=1e-12)
+        (ga,) = torch.autograd.grad(lp.sum(), logits)  # entropy unused: its grad is None
+        (gb,) = torch.autograd.grad(nlp.sum(), logits)
+        torch.testing.assert_close(ga, gb, rtol=1e-6, atol=1e-12)

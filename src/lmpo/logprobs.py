@@ -3,17 +3,15 @@
 The naive `log_softmax(logits.float())` materialises (and keeps for backward)
 a full `[B, T, V]` float32 copy: at V = 150k and B*T = 4096 that is 2.4 GB
 on top of the logits. Here the forward pass keeps only the per-row log-sum-exp
-(`[B*T]`), and the backward pass recomputes softmax one chunk at a time, writing
-straight into the logits' gradient. Arithmetic is float32 (or float64 for
+(`[B*T]`) and E_p[z], and the backward pass recomputes softmax one chunk at a
+time, writing log-prob and entropy gradients together straight into one
+gradient buffer for the logits. Arithmetic is float32 (or float64 for
 float64 logits) whatever the logits' dtype.
 """
 
 from __future__ import annotations
 
 import torch
-
-CHUNK_ROWS = 512
-
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -24,56 +22,49 @@ def _chunks(n: int, size: int):
         yield slice(start, min(start + size, n))
 
 
-class _TokenLogProb(torch.autograd.Function):
+def _rows_per_chunk(vocab: int, chunk_rows: int | None) -> int:
+    """About 16M elements (64 MB in float32) per chunk unless given."""
+    return chunk_rows if chunk_rows else max(1, (1 << 24) // max(vocab, 1))
+
+
+class _LogProbEntropy(torch.autograd.Function):
+    """Fused per-row log-prob of `ids` and entropy; saves only logits, lse, E_p[z]."""
+
     @staticmethod
     def forward(ctx, logits, ids, chunk):  # logits [N, V], ids [N]
         cd = _compute_dtype(logits.dtype)
-        lse = torch.empty(logits.shape[0], dtype=cd, device=logits.device)
+        n = logits.shape[0]
+        lse = torch.empty(n, dtype=cd, device=logits.device)
+        mean_z = torch.empty(n, dtype=cd, device=logits.device)
+        for s in _chunks(n, chunk):
+            z = logits[s].to(cd)
+            lse[s] = torch.logsumexp(z, dim=-1)
+            p = torch.exp(z - lse[s, None])
+            mean_z[s] = torch.bmm(p[:, None, :], z[:, :, None]).reshape(-1)
         picked = logits.gather(1, ids[:, None]).squeeze(1).to(cd)
-        for s in _chunks(logits.shape[0], chunk):
-            lse[s] = torch.logsumexp(logits[s].to(cd), dim=-1)
-        ctx.save_for_backward(logits, ids, lse)
+        ctx.save_for_backward(logits, ids, lse, mean_z)
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         ctx.chunk = chunk
-        return picked - lse
+        return picked - lse, lse - mean_z
 
     @staticmethod
-    def backward(ctx, grad_out):  # d logp_i / d z_ij = 1[j = id_i] - softmax_ij
-        logits, ids, lse = ctx.saved_tensors
+    def backward(ctx, grad_lp, grad_h):
+        # d logp/dz_j = 1[j = id] - p_j ;  dH/dz_j = -p_j (z_j - E_p[z])
+        logits, ids, lse, mean_z = ctx.saved_tensors
         grad = torch.empty_like(logits)
         cd = lse.dtype
+        g_lp = torch.zeros_like(lse) if grad_lp is None else grad_lp.to(cd)
+        g_h = None if grad_h is None else grad_h.to(cd)
         for s in _chunks(logits.shape[0], ctx.chunk):
-            g = grad_out[s].to(cd)[:, None]
-            block = -torch.exp(logits[s].to(cd) - lse[s, None]) * g
-            block.scatter_add_(1, ids[s, None], g)
-            grad[s] = block.to(grad.dtype)
+            z = logits[s].to(cd)
+            p = torch.exp(z - lse[s, None])
+            if g_h is None:
+                block = p.mul_(-g_lp[s, None])
+            else:
+                block = (z - mean_z[s, None]).mul_(g_h[s, None]).add_(g_lp[s, None]).mul_(p).neg_()
+            block.scatter_add_(1, ids[s, None], g_lp[s, None])
+            grad[s] = block
         return grad, None, None
-
-
-class _Entropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, chunk):  # logits [N, V]
-        cd = _compute_dtype(logits.dtype)
-        out = torch.empty(logits.shape[0], dtype=cd, device=logits.device)
-        for s in _chunks(logits.shape[0], chunk):
-            z = logits[s].to(cd)
-            lse = torch.logsumexp(z, dim=-1, keepdim=True)
-            p = torch.exp(z - lse)
-            out[s] = lse.squeeze(-1) - (p * z).sum(-1)
-        ctx.save_for_backward(logits)
-        ctx.chunk = chunk
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):  # dH/dz_j = -p_j (z_j - E_p[z])
-        (logits,) = ctx.saved_tensors
-        grad = torch.empty_like(logits)
-        cd = _compute_dtype(logits.dtype)
-        for s in _chunks(logits.shape[0], ctx.chunk):
-            z = logits[s].to(cd)
-            p = torch.softmax(z, dim=-1)
-            mean_z = (p * z).sum(-1, keepdim=True)
-            grad[s] = (-p * (z - mean_z) * grad_out[s].to(cd)[:, None]).to(grad.dtype)
-        return grad, None
 
 
 def _flatten(logits: torch.Tensor):
@@ -82,22 +73,32 @@ def _flatten(logits: torch.Tensor):
     return logits.reshape(-1, logits.shape[-1]), logits.shape[:-1]
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, *, chunk_rows: int = CHUNK_ROWS):
-    """log softmax(logits)[ids] for every position.  # [B, T, V], [B, T] -> [B, T]"""
+def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, *,
+                         chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log softmax(logits)[ids], entropy) at every position, in one pass.
+
+    # [B, T, V], [B, T] -> [B, T], [B, T]
+    """
     if ids.shape != logits.shape[:-1]:
         raise ValueError(
             f"ids shape {tuple(ids.shape)} must equal logits shape without the vocab "
             f"dimension {tuple(logits.shape[:-1])}"
         )
     flat, lead = _flatten(logits)
-    out = _TokenLogProb.apply(flat, ids.reshape(-1).long(), chunk_rows)
-    return out.reshape(lead)
+    chunk = _rows_per_chunk(flat.shape[1], chunk_rows)
+    logp, ent = _LogProbEntropy.apply(flat, ids.reshape(-1).long(), chunk)
+    return logp.reshape(lead), ent.reshape(lead)
 
 
-def entropy(logits: torch.Tensor, *, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, *, chunk_rows: int | None = None):
+    """log softmax(logits)[ids] for every position.  # [B, T, V], [B, T] -> [B, T]"""
+    return logprobs_and_entropy(logits, ids, chunk_rows=chunk_rows)[0]
+
+
+def entropy(logits: torch.Tensor, *, chunk_rows: int | None = None) -> torch.Tensor:
     """Entropy of softmax(logits) at every position.  # [B, T, V] -> [B, T]"""
-    flat, lead = _flatten(logits)
-    return _Entropy.apply(flat, chunk_rows).reshape(lead)
+    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    return logprobs_and_entropy(logits, ids, chunk_rows=chunk_rows)[1]
 
 
 def naive_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -107,5 +108,10 @@ def naive_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tenso
 
 
 def naive_entropy(logits: torch.Tensor) -> torch.Tensor:
+    return naive_logprobs_and_entropy(logits, torch.zeros_like(logits[..., 0], dtype=torch.long))[1]
+
+
+def naive_logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor):
+    """Reference: one full float32 log-softmax, then gather and -sum(p log p)."""
     logp = torch.log_softmax(logits.to(_compute_dtype(logits.dtype)), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, ids.long()[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)

@@ -1,0 +1,91 @@
+"""Input checks and per-group statistics shared by the group estimators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lmpo.registry import Registry
+
+ADVANTAGES = Registry("advantage estimator")
+
+
+def check_scores(scores: torch.Tensor, group_ids: torch.Tensor) -> None:
+    """Raise a clear error for wrong shapes or non-finite scores (naming the indices)."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 1:
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ValueError(f"scores must be a 1-D tensor [B], got {shape}")
+    if not isinstance(group_ids, torch.Tensor) or group_ids.shape != scores.shape:
+        shape = tuple(group_ids.shape) if isinstance(group_ids, torch.Tensor) else group_ids
+        raise ValueError(f"group_ids shape {shape} must equal scores shape {tuple(scores.shape)}")
+    if group_ids.is_floating_point() or group_ids.is_complex():
+        raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
+    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    if bad:
+        shown = ", ".join(f"{i} ({float(scores[i])})" for i in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise ValueError(f"non-finite scores at indices {shown}{more}")
+
+
+@dataclass
+class Groups:
+    """Per-group statistics of `scores` (float64) and the map sample -> group."""
+
+    index: torch.Tensor  # [B] group position of each sample
+    size: torch.Tensor  # [Q] responses per group
+    mean: torch.Tensor  # [Q]
+    std: torch.Tensor  # [Q] unbiased (ddof=1); 0 for a group of one
+    scores: torch.Tensor  # [B] float64
+
+    @property
+    def zero_std_frac(self) -> float:
+        return float((self.std == 0).to(torch.float64).mean()) if len(self.std) else 0.0
+
+
+def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> Groups:
+    s = scores.detach().to(torch.float64)
+    _, index, size = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n = size.to(torch.float64)
+    mean = torch.zeros(len(size), dtype=torch.float64).index_add_(0, index, s) / n
+    sq = torch.zeros(len(size), dtype=torch.float64).index_add_(0, index, (s - mean[index]) ** 2)
+    std = torch.where(size > 1, torch.sqrt(sq / (n - 1).clamp(min=1)), torch.zeros_like(sq))
+    return Groups(index, size, mean, std, s)
+
+
+def batch_std(x: torch.Tensor) -> torch.Tensor:
+    """Unbiased std of a 1-D tensor; 0 when it has fewer than two entries."""
+    return x.std(unbiased=True) if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+
+
+def summary(adv: torch.Tensor, groups: Groups) -> dict[str, float]:
+    a = adv.to(torch.float64)
+    return {
+        "adv/mean": float(a.mean()) if a.numel() else 0.0,
+        "adv/std": float(batch_std(a)),
+        "adv/abs_max": float(a.abs().max()) if a.numel() else 0.0,
+        "adv/zero_frac": float((a == 0).to(torch.float64).mean()) if a.numel() else 0.0,
+        "adv/zero_std_frac": groups.zero_std_frac,
+    }
+
+
+class Estimator:
+    """A stateless estimator: `est(scores [B], group_ids [B]) -> (adv [B], metrics)`."""
+
+    def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor):
+        check_scores(scores, group_ids)
+        groups = group_stats(scores, group_ids)
+        adv = self.compute(groups)
+        return adv.to(scores.dtype if scores.is_floating_point() else torch.float32), summary(
+            adv, groups
+        )
+
+    def compute(self, groups: Groups) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} is stateless; got state keys {sorted(state)}")

@@ -1,0 +1,150 @@
+"""grpo / dr_grpo / rloo against hand-computed values and a plain-loop reference."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lmpo.advantages import get_advantage, list_advantages, nonzero_variance_groups
+
+D = torch.float64
+REFERENCE_TESTED = {"grpo", "dr_grpo", "rloo", "ebpo"}  # ebpo: tests/test_advantages_ebpo.py
+
+
+def test_every_registered_estimator_has_a_reference_test():
+    assert set(list_advantages()) <= REFERENCE_TESTED, set(list_advantages()) - REFERENCE_TESTED
+
+
+def test_grpo_hand_computed():
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.5], dtype=D)
+    gid = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    adv, m = get_advantage("grpo", eps=0.0)(scores, gid)
+    s = math.sqrt(1 / 3)  # std([1,0,0,1], ddof=1)
+    want = [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0.0, 0.0, 0.0]
+    torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-12, atol=1e-12)
+    assert m["adv/zero_std_frac"] == pytest.approx(2 / 3)  # group 1 (all 1s) and group 2 (one)
+
+
+def test_grpo_batch_scale_and_dr_grpo_hand_computed():
+    scores = torch.tensor([1.0, 0.0, 3.0, 3.0], dtype=D)
+    gid = torch.tensor([7, 7, 2, 2])
+    sb = statistics.stdev([1.0, 0.0, 3.0, 3.0])
+    adv, _ = get_advantage("grpo", scale="batch", eps=0.0)(scores, gid)
+    torch.testing.assert_close(adv, torch.tensor([0.5 / sb, -0.5 / sb, 0, 0], dtype=D))
+    adv, _ = get_advantage("dr_grpo")(scores, gid)
+    torch.testing.assert_close(adv, torch.tensor([0.5, -0.5, 0.0, 0.0], dtype=D))
+    adv, _ = get_advantage("grpo", scale="none")(scores, gid)
+    torch.testing.assert_close(adv, torch.tensor([0.5, -0.5, 0.0, 0.0], dtype=D))
+
+
+def test_rloo_hand_computed():
+    scores = torch.tensor([1.0, 0.0, 0.0, 2.0, 5.0], dtype=D)
+    gid = torch.tensor([0, 0, 0, 0, 1])
+    adv, _ = get_advantage("rloo")(scores, gid)
+    want = [1 - 2 / 3, 0 - 3 / 3, 0 - 3 / 3, 2 - 1 / 3, 0.0]  # group of one -> 0
+    torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-12, atol=1e-12)
+
+
+def loop_reference(name, scores, gid, scale="group", eps=1e-6):
+    groups: dict[int, list[float]] = {}
+    for s, g in zip(scores, gid, strict=True):
+        groups.setdefault(g, []).append(s)
+    batch_sd = statistics.stdev(scores) if len(scores) > 1 else 0.0
+    out = []
+    for s, g in zip(scores, gid, strict=True):
+        xs = groups[g]
+        if len(xs) == 1:
+            out.append(0.0)
+            continue
+        mean = sum(xs) / len(xs)
+        if name == "rloo":
+            out.append(s - (sum(xs) - s) / (len(xs) - 1))
+        elif name == "dr_grpo" or scale == "none":
+            out.append(s - mean)
+        elif scale == "group":
+            out.append((s - mean) / (statistics.stdev(xs) + eps))
+        else:
+            out.append((s - mean) / (batch_sd + eps))
+    return out
+
+
+@pytest.mark.parametrize("name,hp", [("grpo", {}), ("grpo", {"scale": "batch"}),
+                                     ("grpo", {"scale": "none"}), ("dr_grpo", {}), ("rloo", {})])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_inputs_match_loop_reference(name, hp, seed):
+    g = torch.Generator().manual_seed(seed)
+    gid = torch.randint(0, 6, (40,), generator=g)
+    scores = torch.where(torch.rand(40, generator=g) < 0.5, torch.rand(40, generator=g, dtype=D),
+                         torch.randint(0, 2, (40,), generator=g).to(D))
+    adv, _ = get_advantage(name, **hp)(scores, gid)
+    want = loop_reference(name, scores.tolist(), gid.tolist(), **hp)
+    torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-6, atol=1e-12)
+
+
+def test_float32_scores_keep_their_dtype():
+    adv, _ = get_advantage("grpo")(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+    assert adv.dtype == torch.float32
+
+
+@st.composite
+def layouts(draw):
+    sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=6))
+    gid = [i for i, n in enumerate(sizes) for _ in range(n)]
+    perm = draw(st.permutations(range(len(gid))))
+    gid = [gid[i] for i in perm]
+    const = draw(st.booleans())
+    vals = draw(st.lists(st.floats(-5, 5), min_size=len(gid), max_size=len(gid)))
+    scores = [1.0] * len(gid) if const else vals
+    return torch.tensor(scores, dtype=D), torch.tensor(gid)
+
+
+@given(data=layouts(), name=st.sampled_from(sorted(REFERENCE_TESTED)))
+def test_random_layouts_and_constant_scores_are_nan_free(data, name):
+    scores, gid = data
+    adv, metrics = get_advantage(name)(scores, gid)
+    assert adv.shape == scores.shape and torch.isfinite(adv).all()
+    assert all(math.isfinite(v) for v in metrics.values())
+    if bool((scores == scores[0]).all()) and name != "ebpo":
+        assert (adv == 0).all()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", sorted(REFERENCE_TESTED))
+def test_non_finite_scores_name_the_indices(bad, name):
+    scores = torch.tensor([0.0, 1.0, bad, 1.0, bad])
+    with pytest.raises(ValueError, match=r"indices 2 \(.*\), 4 \("):
+        get_advantage(name)(scores, torch.tensor([0, 0, 1, 1, 1]))
+
+
+def test_shape_and_name_errors():
+    with pytest.raises(ValueError, match=r"group_ids shape \(3,\) must equal scores shape \(2,\)"):
+        get_advantage("grpo")(torch.zeros(2), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="1-D"):
+        get_advantage("grpo")(torch.zeros(2, 2), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(KeyError, match="did you mean 'grpo'.*valid advantage estimators"):
+        get_advantage("gpro")
+    with pytest.raises(TypeError, match="valid ones: scale, eps"):
+        get_advantage("grpo", std=True)
+    with pytest.raises(ValueError, match="scale"):
+        get_advantage("grpo", scale="global")
+
+
+def test_stateless_estimators_round_trip_empty_state():
+    est = get_advantage("rloo")
+    assert est.state_dict() == {}
+    est.load_state_dict({})
+    with pytest.raises(ValueError, match="stateless"):
+        est.load_state_dict({"x": 1})
+
+
+def test_dynamic_sampling_keeps_varied_groups_and_counts_the_rest():
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.3])
+    gid = torch.tensor([0, 0, 1, 1, 2, 2, 3])
+    keep, dropped = nonzero_variance_groups(scores, gid)
+    assert keep.tolist() == [2, 3]
+    assert dropped == 3
