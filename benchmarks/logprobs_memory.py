@@ -85,7 +85,8 @@ def main() -> None:
             rows.append({
                 "vocab": vocab, "rows": args.rows, "pass": "fwd+bwd" if backward else "fwd",
                 **{f"{p}_{k}": v[k] for p, v in res.items() for k in v},
-                "memory_ratio": res["chunked"]["extra_peak_bytes"] / res["naive"]["extra_peak_bytes"],
+                "memory_ratio": (res["chunked"]["extra_peak_bytes"]
+                                 / res["naive"]["extra_peak_bytes"]),
                 "time_ratio": res["chunked"]["seconds"] / res["naive"]["seconds"],
             })
     table = Table(title=f"chunked vs naive log-probs + entropy, B*T = {args.rows}, float32 logits")

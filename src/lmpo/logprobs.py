@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
