@@ -1,0 +1,140 @@
+"""Batched autoregressive sampling with a KV cache for any Hugging Face causal LM.
+
+Records, at every step, the behaviour log-prob of the sampled token, the regret
+(greedy log-prob minus chosen log-prob, ESPO's g_t) and optionally the critic's
+value. Finished rows are dropped from the active batch (their KV-cache rows are
+removed), so they stop costing compute.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+from lmpo.rollout.types import Rollout
+
+
+def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ([B, P] ids, [B, P] mask)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@functools.cache
+def _cache_kwarg(forward) -> str:
+    """transformers >= 5.24 calls the KV cache `cache`; earlier versions `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cached_forward(module, cache, **kw):
+    """One forward pass with a KV cache; returns (output, updated cache)."""
+    kw[_cache_kwarg(type(module).forward)] = cache
+    out = module(use_cache=True, **kw)
+    return out, getattr(out, "cache", None) or out.past_key_values
+
+
+@torch.inference_mode()
+def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+           eos_token_id: int, pad_token_id: int, generator: torch.Generator | None = None,
+           value_fn=None, stopper=None) -> Rollout:
+    """Sample up to `max_new_tokens` tokens after each prompt.
+
+    temperature == 0 decodes greedily (logp is then that of the untempered policy).
+    `value_fn` (see `lmpo.rollout.values.IncrementalValues`) gives V(s_t) per step;
+    `stopper` (ESPO) may end a row early with stop_reason "early_stop".
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
+    b = len(prompts)
+    ids_out = torch.full((b, max_new_tokens), pad_token_id, dtype=torch.long)
+    logp_out = torch.zeros((b, max_new_tokens))
+    regret_out = torch.zeros((b, max_new_tokens))
+    values_out = torch.zeros((b, max_new_tokens)) if value_fn is not None else None
+    lengths = torch.zeros(b, dtype=torch.long)
+    reasons = ["length"] * b
+
+    ids, mask = prompt_ids.to(device), prompt_mask.to(device)
+    out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
+                                position_ids=positions(mask), logits_to_keep=1)
+    logits = out.logits[:, -1]
+    values = value_fn.prefill(ids, mask) if value_fn is not None else None
+    if stopper is not None:
+        stopper.begin_batch(b)
+    rows = torch.arange(b)  # original row of each active row
+    next_pos = positions(mask)[:, -1] + 1
+    generated = 0
+
+    for t in range(max_new_tokens):
+        logits = logits.float()
+        if temperature > 0:
+            logprobs = torch.log_softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
+        else:
+            logprobs = torch.log_softmax(logits, dim=-1)
+            token = logprobs.argmax(-1)
+        chosen = logprobs.gather(1, token[:, None]).squeeze(1)
+        regret = logprobs.max(-1).values - chosen
+        token_c, rows_c = token.cpu(), rows
+        ids_out[rows_c, t] = token_c
+        logp_out[rows_c, t] = chosen.cpu()
+        regret_out[rows_c, t] = regret.cpu()
+        if values is not None:
+            values_out[rows_c, t] = values.float().cpu()
+        lengths[rows_c] = t + 1
+        generated += len(rows_c)
+
+        done = token_c == eos_token_id
+        if stopper is not None:
+            stop = stopper.step(rows_c, regret.cpu(), None if values is None else values.cpu(), t)
+            for i in (stop & ~done).nonzero().flatten().tolist():
+                reasons[int(rows_c[i])] = "early_stop"
+            done = done | stop
+        for i in (token_c == eos_token_id).nonzero().flatten().tolist():
+            reasons[int(rows_c[i])] = "eos"
+        if t == max_new_tokens - 1:
+            break
+        keep = (~done).nonzero().flatten()
+        if len(keep) == 0:
+            break
+        if len(keep) < len(rows):
+            cache.batch_select_indices(keep.to(device))
+            rows, token, mask, next_pos = rows[keep], token[keep.to(device)], mask[keep.to(
+                device)], next_pos[keep.to(device)]
+            if value_fn is not None:
+                value_fn.select(keep.to(device))
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+        out, cache = cached_forward(model, cache, input_ids=token[:, None], attention_mask=mask,
+                                    position_ids=next_pos[:, None])
+        logits = out.logits[:, -1]
+        if value_fn is not None:
+            values = value_fn.step(token[:, None], mask, next_pos[:, None])
+        next_pos = next_pos + 1
+
+    if stopper is not None:
+        stopper.end_batch(regret_out, lengths)
+    width = int(lengths.max())
+    response_mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    return Rollout(
+        prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+        response_ids=ids_out[:, :width], response_mask=response_mask,
+        logp=logp_out[:, :width] * response_mask, regret=regret_out[:, :width] * response_mask,
+        values=None if values_out is None else values_out[:, :width] * response_mask,
+        stop_reason=reasons, num_generated=generated, lengths=lengths,
+    )

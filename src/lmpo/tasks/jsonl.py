@@ -1,0 +1,70 @@
+"""User datasets from JSONL: one object per line with `prompt`, `answer`, optional `cluster`."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from lmpo.tasks.base import ANSWER_MARK, Problem, extract_answer
+
+REQUIRED = ("prompt", "answer")
+
+
+class DataError(ValueError):
+    """A malformed data line; the message names the file and the line number."""
+
+
+def load_jsonl(path: str | Path) -> list[Problem]:
+    """Every line becomes a Problem; any malformed line raises `DataError` naming
+    `file:line`. Blank lines are the only lines skipped."""
+    path = Path(path)
+    problems = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            missing = [k for k in REQUIRED if k not in obj]
+            if missing:
+                raise DataError(f"{where}: missing required field(s) {missing}")
+            for key in ("prompt", "answer", "cluster"):
+                if key in obj and not isinstance(obj[key], str | int | float):
+                    raise DataError(f"{where}: field {key!r} must be a string or number")
+            problems.append(Problem(prompt=str(obj["prompt"]), answer=str(obj["answer"]).strip(),
+                                    cluster=str(obj.get("cluster", "default")),
+                                    meta={"source": where}))
+    if not problems:
+        raise DataError(f"{path}: no problems (the file is empty)")
+    return problems
+
+
+class JsonlTask:
+    """A fixed dataset. Completions are scored 1 if the text after the last `#`
+    (or, with no `#`, the whole stripped completion) equals the answer."""
+
+    def __init__(self, path: str | Path):
+        self.problems = load_jsonl(path)
+        self.name = Path(path).stem
+        self.clusters = list(dict.fromkeys(p.cluster for p in self.problems))
+
+    def sample(self, n: int, rng: random.Random, cluster: str | None = None) -> list[Problem]:
+        pool = [p for p in self.problems if cluster is None or p.cluster == cluster]
+        if not pool:
+            raise KeyError(f"no problems in cluster {cluster!r}; clusters: {self.clusters}")
+        return [rng.choice(pool) for _ in range(n)]
+
+    def solution(self, problem: Problem) -> str:
+        return ANSWER_MARK + problem.answer
+
+    def score(self, problem: Problem, completion: str) -> float:
+        answer = extract_answer(completion)
+        if answer is None:
+            answer = completion.strip()
+        return float(answer == problem.answer)

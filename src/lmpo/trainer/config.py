@@ -1,0 +1,118 @@
+"""Config loading: nested dataclasses from YAML with `key.sub=value` overrides.
+
+Unknown keys are errors that name the nearest valid key; values are parsed as
+YAML scalars (`lr=3e-4`, `loss.hparams={beta1: 0.5}`) and type-checked against
+the field's declared type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lmpo.registry import nearest
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return build(tp, value, prefix=where + ".")
+    if tp is Any:
+        return value
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if origin is list or tp is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return list(value)
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def build(cls, data: dict | None, prefix: str = ""):
+    """Instantiate dataclass `cls` from a (nested) mapping, rejecting unknown keys."""
+    data = data or {}
+    types_ = _field_types(cls)
+    for key in data:
+        if key not in types_:
+            raise ConfigError(f"unknown config key {prefix + key!r}"
+                              f"{nearest(key, list(types_))}; valid keys under "
+                              f"{prefix.rstrip('.') or 'the top level'}: {', '.join(types_)}")
+    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
+    obj = cls(**kwargs)
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def apply_override(data: dict, assignment: str, cls) -> None:
+    """Set `a.b.c=value` inside the raw mapping `data`, checking the path against `cls`."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like key=value")
+    path, raw = assignment.split("=", 1)
+    keys = path.strip().split(".")
+    node, tp = data, cls
+    for i, key in enumerate(keys):
+        types_ = _field_types(tp) if dataclasses.is_dataclass(tp) else None
+        if types_ is not None and key not in types_:
+            where = ".".join(keys[:i + 1])
+            raise ConfigError(f"unknown config key {where!r}{nearest(key, list(types_))}; "
+                              f"valid keys: {', '.join(types_)}")
+        if i == len(keys) - 1:
+            node[key] = yaml.safe_load(raw) if raw.strip() else ""
+        else:
+            node = node.setdefault(key, {})
+            tp = types_[key] if types_ is not None else dict
+            if typing.get_origin(tp) in (typing.Union, types.UnionType):
+                tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+
+
+def load_config(cls, path: str | Path | None, overrides: list[str] | None = None):
+    """Load `cls` from YAML `path` (or defaults if None), then apply `key=value` overrides."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+    for assignment in overrides or []:
+        apply_override(data, assignment, cls)
+    return build(cls, data)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,113 @@
+"""The sampler: behaviour log-probs, values, determinism, greedy, row dropping."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from lmpo.models import ValueModel, build_policy, build_tokenizer
+from lmpo.rollout import IncrementalValues, sample
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def policy(tok):
+    return build_policy("nano", tok, seed=1).eval()
+
+
+PROMPTS = ["12+7=", "1+2+3=", "99-1+5=", "4=", "7*8*9=", "5-5-5-5="]
+
+
+def run(policy, tok, *, seed=0, eos=None, **kw):
+    ids = [tok.encode(p) for p in PROMPTS * 2]
+    kw.setdefault("max_new_tokens", 12)
+    return sample(policy, ids, eos_token_id=tok.eos_token_id if eos is None else eos,
+                  pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed),
+                  **kw)
+
+
+def frequent_token(policy, tok) -> int:
+    r = run(policy, tok, eos=-1)
+    return Counter(r.response_ids.flatten().tolist()).most_common(1)[0][0]
+
+
+def teacher_forced_logp(policy, r, temperature):
+    ids, mask = r.full_sequences()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = policy(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    p = r.prompt_ids.shape[1]
+    logits = logits[:, p - 1:-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, r.response_ids[..., None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_behaviour_logp_equals_teacher_forced_pass(policy, tok, temperature):
+    eos = frequent_token(policy, tok)
+    r = run(policy, tok, eos=eos, temperature=temperature)
+    lengths = r.response_mask.sum(-1)
+    assert len(set(lengths.tolist())) >= 3, "want EOS at several positions"
+    assert "eos" in r.stop_reason and "length" in r.stop_reason
+    want = teacher_forced_logp(policy, r, temperature) * r.response_mask
+    torch.testing.assert_close(r.logp, want, rtol=0, atol=1e-5)
+    assert (r.regret >= 0).all()
+    assert r.num_generated == int(lengths.sum())
+    for i, reason in enumerate(r.stop_reason):
+        n = int(lengths[i])
+        assert (r.response_ids[i, n:] == tok.pad_token_id).all()
+        if reason == "eos":
+            assert r.response_ids[i, n - 1] == eos and (r.response_ids[i, : n - 1] != eos).all()
+
+
+def test_regret_is_greedy_minus_chosen(policy, tok):
+    r = run(policy, tok)
+    ids, mask = r.full_sequences()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = policy(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    p = r.prompt_ids.shape[1]
+    logp_all = torch.log_softmax(logits[:, p - 1:-1].float(), -1)
+    want = (logp_all.max(-1).values - r.logp) * r.response_mask
+    torch.testing.assert_close(r.regret, want, rtol=0, atol=1e-5)
+
+
+def test_values_equal_teacher_forced_critic(policy, tok):
+    critic = ValueModel.from_policy(policy)
+    torch.nn.init.normal_(critic.head.weight)
+    r = run(policy, tok, eos=frequent_token(policy, tok), value_fn=IncrementalValues(critic))
+    ids, mask = r.full_sequences()
+    with torch.no_grad():
+        v = critic.values(ids, mask)[:, r.prompt_ids.shape[1] - 1:-1] * r.response_mask
+    torch.testing.assert_close(r.values, v, rtol=0, atol=1e-4)
+
+
+def test_same_seed_same_tokens_different_seed_different(policy, tok):
+    a, b, c = run(policy, tok, seed=3), run(policy, tok, seed=3), run(policy, tok, seed=4)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.logp, b.logp)
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_temperature_zero_equals_hf_greedy_generate(policy, tok):
+    eos = frequent_token(policy, tok)
+    r = run(policy, tok, eos=eos, temperature=0.0)
+    ids, mask = r.prompt_ids, r.prompt_mask
+    with torch.no_grad():
+        out = policy.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                              max_new_tokens=12, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    gen = out[:, ids.shape[1]:]
+    for i in range(len(gen)):
+        n = int(r.response_mask[i].sum())
+        assert gen[i, :n].tolist() == r.response_ids[i, :n].tolist()
+
+
+def test_bad_arguments(policy, tok):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        run(policy, tok, max_new_tokens=0)
+    with pytest.raises(ValueError, match="at least one token"):
+        sample(policy, [[]], max_new_tokens=2, eos_token_id=2, pad_token_id=0)
