@@ -49,13 +49,18 @@ def cached_forward(module, cache, **kw):
 @torch.inference_mode()
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
            eos_token_id: int, pad_token_id: int, generator: torch.Generator | None = None,
-           value_fn=None, stopper=None) -> Rollout:
+           value_fn=None, stopper=None, record_regret: bool = True,
+           compact_frac: float = 0.25) -> Rollout:
     """Sample up to `max_new_tokens` tokens after each prompt.
 
     temperature == 0 decodes greedily (logp is then that of the untempered policy).
     `value_fn` (see `lmpo.rollout.values.IncrementalValues`) gives V(s_t) per step;
     `stopper` (ESPO) may end a row early with stop_reason "early_stop".
+    `record_regret=False` skips the regret (left at 0; ESPO needs it).
+    Finished rows leave the batch once they are `compact_frac` of it.
     """
+    if stopper is not None and not record_regret:
+        raise ValueError("ESPO needs the regret: record_regret must be True with a stopper")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
@@ -77,7 +82,8 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     values = value_fn.prefill(ids, mask) if value_fn is not None else None
     if stopper is not None:
         stopper.begin_batch(b)
-    rows = torch.arange(b)  # original row of each active row
+    rows = torch.arange(b)  # original row of each row in the current batch
+    alive = torch.ones(b, dtype=torch.bool)
     next_pos = positions(mask)[:, -1] + 1
     generated = 0
 
@@ -90,35 +96,40 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
             logprobs = torch.log_softmax(logits, dim=-1)
             token = logprobs.argmax(-1)
         chosen = logprobs.gather(1, token[:, None]).squeeze(1)
-        regret = logprobs.max(-1).values - chosen
-        token_c, rows_c = token.cpu(), rows
+        live = alive.nonzero().flatten()  # positions in the current batch still generating
+        rows_c, token_c = rows[live], token.cpu()[live]
         ids_out[rows_c, t] = token_c
-        logp_out[rows_c, t] = chosen.cpu()
-        regret_out[rows_c, t] = regret.cpu()
+        logp_out[rows_c, t] = chosen.cpu()[live]
+        if record_regret:
+            regret = (logprobs.max(-1).values - chosen).cpu()[live]
+            regret_out[rows_c, t] = regret
         if values is not None:
-            values_out[rows_c, t] = values.float().cpu()
+            values_out[rows_c, t] = values.float().cpu()[live]
         lengths[rows_c] = t + 1
-        generated += len(rows_c)
+        generated += len(live)
 
         done = token_c == eos_token_id
         if stopper is not None:
-            stop = stopper.step(rows_c, regret.cpu(), None if values is None else values.cpu(), t)
+            vals = None if values is None else values.float().cpu()[live]
+            stop = stopper.step(rows_c, regret, vals, t)
             for i in (stop & ~done).nonzero().flatten().tolist():
                 reasons[int(rows_c[i])] = "early_stop"
             done = done | stop
         for i in (token_c == eos_token_id).nonzero().flatten().tolist():
             reasons[int(rows_c[i])] = "eos"
-        if t == max_new_tokens - 1:
+        alive[live[done]] = False
+        n_alive = int(alive.sum())
+        if t == max_new_tokens - 1 or n_alive == 0:
             break
-        keep = (~done).nonzero().flatten()
-        if len(keep) == 0:
-            break
-        if len(keep) < len(rows):
-            cache.batch_select_indices(keep.to(device))
-            rows, token, mask, next_pos = rows[keep], token[keep.to(device)], mask[keep.to(
-                device)], next_pos[keep.to(device)]
+        if len(rows) - n_alive >= compact_frac * len(rows):
+            # drop finished rows from the batch and the KV cache; below the threshold
+            # they ride along (one wasted row-step is cheaper than copying the cache)
+            keep = alive.nonzero().flatten().to(device)
+            cache.batch_select_indices(keep)
             if value_fn is not None:
-                value_fn.select(keep.to(device))
+                value_fn.select(keep)
+            rows, alive = rows[keep.cpu()], alive[keep.cpu()]
+            token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
         out, cache = cached_forward(model, cache, input_ids=token[:, None], attention_mask=mask,
                                     position_ids=next_pos[:, None])

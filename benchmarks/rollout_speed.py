@@ -1,0 +1,124 @@
+"""Tokens/s of lmpo.rollout.sample vs Hugging Face `generate`, same model and settings.
+
+Same tiny Llama, prompts (chain-sum problems, mixed lengths), batch,
+max_new_tokens and plain sampling (temperature 1, no top-k/top-p), the two
+alternated in one process; median of the repeats. Tokens counted are the tokens
+each method actually returns up to and including EOS. Also: the cost of
+recording regret and of per-step critic values, as ratios to bare sampling.
+
+    python benchmarks/rollout_speed.py [--repeats 5] [--max-new-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from lmpo.models import ValueModel, build_policy, build_tokenizer, num_parameters
+from lmpo.rollout import IncrementalValues, sample
+from lmpo.tasks import get_task
+
+RESULTS = Path(__file__).parent / "results" / "rollout_speed.json"
+
+
+def hf_generate(model, tok, prompts, max_new, seed):
+    torch.manual_seed(seed)
+    batch = tok.pad({"input_ids": prompts}, return_tensors="pt")
+    with torch.inference_mode():
+        out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id)
+    gen = out[:, batch["input_ids"].shape[1]:]
+    is_eos = gen == tok.eos_token_id
+    first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, gen.shape[1])
+    return int(first.sum())
+
+
+def lmpo_sample(model, tok, prompts, max_new, seed, **kw):
+    r = sample(model, prompts, max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed), **kw)
+    return r.num_generated
+
+
+def measure(model, critic, tok, prompts, args) -> dict[str, float]:
+    """Median tokens/s of each variant, the variants alternated within each repeat."""
+    new = args.max_new_tokens
+    variants = {
+        "hf_generate": lambda s: hf_generate(model, tok, prompts, new, s),
+        "lmpo": lambda s: lmpo_sample(model, tok, prompts, new, s),
+        "lmpo_no_regret": lambda s: lmpo_sample(model, tok, prompts, new, s, record_regret=False),
+        "lmpo_values": lambda s: lmpo_sample(model, tok, prompts, new, s, value_fn=critic),
+    }
+    for fn in variants.values():
+        fn(0)  # warm-up
+    tps: dict[str, list[float]] = {k: [] for k in variants}
+    for rep in range(1, args.repeats + 1):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            n = fn(rep)
+            tps[name].append(n / (time.perf_counter() - t0))
+    return {k: statistics.median(v) for k, v in tps.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", nargs="+", default=["nano", "small"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[64, 256])
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tok = build_tokenizer()
+    task = get_task("chain_sum")
+    rows = []
+    for size in args.sizes:
+        model = build_policy(size, tok, seed=0).eval()
+        critic = IncrementalValues(ValueModel.from_policy(model).eval())
+        for bsz in args.batches:
+            problems = task.sample(bsz, random.Random(bsz))
+            prompts = [tok.encode(p.prompt) for p in problems]
+            med = measure(model, critic, tok, prompts, args)
+            rows.append({
+                "size": size, "params": num_parameters(model), "batch": bsz,
+                **{f"{k}_tok_s": v for k, v in med.items()},
+                "lmpo_vs_generate": med["lmpo"] / med["hf_generate"],
+                "regret_cost": med["lmpo_no_regret"] / med["lmpo"],
+                "values_cost": med["lmpo_no_regret"] / med["lmpo_values"],
+            })
+            print(json.dumps(rows[-1]), flush=True)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sampling tokens/s, {args.max_new_tokens} new tokens, "
+                        f"{args.threads} threads, median of {args.repeats}")
+    for col in ("model", "batch", "HF generate", "lmpo", "lmpo / generate",
+                "regret cost", "values cost"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['size']} ({r['params'] / 1e6:.2f}M)", str(r["batch"]),
+                      f"{r['hf_generate_tok_s']:.0f}", f"{r['lmpo_tok_s']:.0f}",
+                      f"{r['lmpo_vs_generate']:.2f}x", f"{r['regret_cost']:.2f}x",
+                      f"{r['values_cost']:.2f}x")
+    Console().print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "command": "python benchmarks/rollout_speed.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.machine()}, {args.threads} torch threads",
+        "note": "regret/values cost = time with / time without (1.00x = free)",
+        "rows": rows,
+    }, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
