@@ -17,6 +17,9 @@ from typing import Any
 def nearest(name: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' hint for a misspelt name, or ''."""
     close = difflib.get_close_matches(name, choices, n=1)
+    if not close:  # an abbreviation: learning_rate -> lr
+        initials = "".join(w[:1] for w in name.split("_"))
+        close = [c for c in choices if c == initials]
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

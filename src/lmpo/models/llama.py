@@ -48,6 +48,9 @@ def num_parameters(model) -> int:
 
 def save_policy(model, tokenizer, out_dir: str | Path) -> Path:
     """Write a standard Hugging Face folder (config.json, model.safetensors, tokenizer)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

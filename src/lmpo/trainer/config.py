@@ -50,6 +50,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return list(value)
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads "2e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected float, got {value!r}") from None
     if tp is int and isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(tp, type) and not isinstance(value, tp):

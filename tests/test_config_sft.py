@@ -1,0 +1,55 @@
+"""Config loading and a short supervised warm start that must learn."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmpo.cli import main
+from lmpo.trainer.config import ConfigError, load_config
+from lmpo.trainer.sft import SFTConfig, run_sft
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("task: products\nsteps: 10\nlr: 1\n")
+    cfg = load_config(SFTConfig, path, ["batch_size=8", "lr=2e-3"])
+    assert (cfg.task, cfg.steps, cfg.batch_size, cfg.lr) == ("products", 10, 8, 2e-3)
+    assert isinstance(cfg.lr, float)
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("stpes=3", "unknown config key 'stpes' \\(did you mean 'steps'\\?\\)"),
+    ("steps=many", "steps: expected int"),
+    ("lr=-1", "lr must be > 0"),
+    ("steps", "must look like key=value"),
+])
+def test_bad_config_fails_clearly(override, msg):
+    with pytest.raises(ConfigError, match=msg):
+        load_config(SFTConfig, None, [override])
+
+
+def test_unknown_yaml_key_names_nearest(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("batchsize: 3\n")
+    with pytest.raises(ConfigError, match="did you mean 'batch_size'"):
+        load_config(SFTConfig, path)
+
+
+def test_cli_reports_config_errors(capsys):
+    assert main(["sft", "learning_rate=1"]) == 2
+    assert "did you mean 'lr'" in capsys.readouterr().err
+
+
+def test_short_sft_lowers_loss_and_learns_the_easiest_tier(tmp_path):
+    """~40 s on 2 cores. Observed (seed 0): loss 4.10 -> 0.42; greedy accuracy
+    t2d1 1.00, t3d1 0.74, t2d2 0.06, t4d2 0.02 (random init: 0 everywhere)."""
+    cfg = load_config(SFTConfig, None, ["steps=500", "batch_size=64", "eval_per_tier=50",
+                                        f"out={tmp_path / 'm'}", "max_new_tokens=16"])
+    summary = run_sft(cfg, progress=False)
+    assert summary["loss_last"] < 0.25 * summary["loss_first"]
+    assert summary["eval"]["per_tier"]["t2d1"] >= 0.8
+    saved = json.loads((tmp_path / "m" / "eval.json").read_text())
+    assert saved["eval"]["per_tier"] == summary["eval"]["per_tier"]
+    assert (tmp_path / "m" / "config.json").exists()

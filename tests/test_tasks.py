@@ -1,0 +1,122 @@
+"""Tasks score through reasoning-gym's checkers; JSONL errors; curriculum samplers."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lmpo.tasks import DataError, JsonlTask, Problem, Sampler, get_task, load_jsonl
+
+
+@pytest.mark.parametrize("name", ["chain_sum", "products"])
+def test_gold_scores_one_and_perturbed_zero_for_every_tier(name):
+    task = get_task(name)
+    rng = random.Random(0)
+    for tier in task.clusters:
+        for p in task.sample(25, rng, cluster=tier):
+            assert p.cluster == tier and p.prompt.endswith("=")
+            gold = task.solution(p)
+            assert task.score(p, gold) == 1.0, (p, gold)
+            wrong = str(int(p.answer) + 1)
+            assert task.score(p, gold.rsplit("#", 1)[0] + "#" + wrong) == 0.0
+            assert eval(p.prompt[:-1]) == int(p.answer)  # the compact prompt is the problem
+
+
+@pytest.mark.parametrize("completion", ["", "16", "#", "##", "#abc", "1,2#1#", "\x00#\n16",
+                                        "#" + "9" * 500, "#16.0.0", "#-"])
+def test_malformed_completions_score_zero_without_raising(completion):
+    task = get_task("chain_sum")
+    p = next(q for q in task.sample(50, random.Random(1)) if q.answer != "16")
+    assert task.score(p, completion) == 0.0
+
+
+def test_worked_solution_format():
+    task = get_task("chain_sum")
+    p = Problem("12+7-3=", "16", "t3d2", {"tokens": ["12", "+", "7", "-", "3"]})
+    assert task.solution(p) == "19,16#16"
+
+
+def test_sampling_is_deterministic_by_seed_and_covers_tiers():
+    task = get_task("chain_sum")
+    a = task.sample(40, random.Random(5))
+    b = task.sample(40, random.Random(5))
+    assert [p.prompt for p in a] == [p.prompt for p in b]
+    assert {p.cluster for p in a} == set(task.clusters)
+    with pytest.raises(KeyError, match="tiers: t2d1"):
+        task.sample(1, random.Random(0), cluster="t9d9")
+    with pytest.raises(KeyError, match="valid tasks: chain_sum, products"):
+        get_task("chainsum")
+
+
+def write(tmp_path, lines):
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_jsonl_loads_and_scores(tmp_path):
+    path = write(tmp_path, [json.dumps({"prompt": "2+2=", "answer": 4, "cluster": "easy"}), "",
+                            json.dumps({"prompt": "capital of France?", "answer": "Paris"})])
+    task = JsonlTask(path)
+    assert [p.answer for p in task.problems] == ["4", "Paris"]
+    assert task.clusters == ["easy", "default"]
+    assert task.score(task.problems[0], "2+2=#4") == 1.0
+    assert task.score(task.problems[1], " Paris ") == 1.0
+    assert task.score(task.problems[1], "#London") == 0.0
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ('{"prompt": "x"', "2: not valid JSON"),
+    ('["prompt", "answer"]', "2: expected a JSON object"),
+    ('{"prompt": "x"}', r"2: missing required field\(s\) \['answer'\]"),
+    ('{"prompt": ["x"], "answer": "1"}', "2: field 'prompt' must be a string"),
+])
+def test_jsonl_errors_name_file_and_line(tmp_path, bad, msg):
+    path = write(tmp_path, [json.dumps({"prompt": "1=", "answer": "1"}), bad,
+                            json.dumps({"prompt": "2=", "answer": "2"})])
+    with pytest.raises(DataError, match=f"data.jsonl:{msg}"):
+        load_jsonl(path)
+
+
+def test_jsonl_empty_file_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="empty"):
+        load_jsonl(write(tmp_path, [""]))
+
+
+def pool():
+    return [Problem(f"{c}{i}=", str(i), c) for c in ("easy", "mid", "hard") for i in range(10)]
+
+
+def drain(sampler, n):
+    return [[p.prompt for p in sampler.next_batch()] for _ in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["shuffled", "clustered", "easy_to_hard"])
+def test_samplers_are_deterministic_and_resumable(kind):
+    a = Sampler(pool(), 4, kind=kind, seed=3, order=["easy", "mid", "hard"])
+    b = Sampler(pool(), 4, kind=kind, seed=3, order=["easy", "mid", "hard"])
+    assert drain(a, 7) == drain(b, 7)
+    state = a.state_dict()
+    c = Sampler(pool(), 4, kind=kind, seed=99, order=["easy", "mid", "hard"])
+    c.load_state_dict(json.loads(json.dumps(state)))  # survives a JSON round trip
+    assert drain(a, 12) == drain(c, 12)
+
+
+def test_clustered_batches_come_from_one_cluster_and_easy_to_hard_is_ordered():
+    s = Sampler(pool(), 4, kind="easy_to_hard", seed=0, order=["easy", "mid", "hard"])
+    batches = drain(s, 9)  # one epoch: 3 batches per cluster (4 + 4 + 2)
+    clusters = [{p.rstrip("0123456789=") for p in b} for b in batches]
+    assert all(len(c) == 1 for c in clusters)
+    assert [c.pop() for c in clusters] == ["easy"] * 3 + ["mid"] * 3 + ["hard"] * 3
+    shuffled = Sampler(pool(), 4, kind="clustered", seed=0)
+    for b in drain(shuffled, 9):
+        assert len({p.rstrip("0123456789=") for p in b}) == 1
+    epoch = sorted(p for b in drain(Sampler(pool(), 4, seed=1), 8) for p in b)
+    assert epoch == sorted(p.prompt for p in pool())  # 8 batches = every problem exactly once
+
+
+def test_sampler_errors():
+    with pytest.raises(ValueError, match="did you mean 'clustered'"):
+        Sampler(pool(), 4, kind="clusterd")
