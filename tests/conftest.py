@@ -6,3 +6,29 @@ from hypothesis import settings
 torch.set_num_threads(int(os.environ.get("LMPO_TEST_THREADS", "2")))
 settings.register_profile("lmpo", deadline=None, max_examples=60, derandomize=True)
 settings.load_profile("lmpo")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory):
+    """A randomly initialised nano policy saved as a Hugging Face folder."""
+    from lmpo.models import build_policy, build_tokenizer, save_policy
+
+    tok = build_tokenizer()
+    path = tmp_path_factory.mktemp("tiny_policy")
+    save_policy(build_policy("nano", tok, seed=0), tok, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sft_run(tmp_path_factory):
+    """A nano policy warm-started on chain sums (~40 s), shared by the SFT and RL tests."""
+    from lmpo.trainer.config import load_config
+    from lmpo.trainer.sft import SFTConfig, run_sft
+
+    out = tmp_path_factory.mktemp("sft") / "policy"
+    cfg = load_config(SFTConfig, None, ["steps=500", "batch_size=64", "eval_per_tier=50",
+                                        f"out={out}", "max_new_tokens=16"])
+    return out, run_sft(cfg, progress=False)

@@ -21,6 +21,16 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", help="output folder (overrides the config's out)")
     sft.add_argument("overrides", nargs="*", metavar="key=value")
 
+    tr = sub.add_parser("train", help="RL-train a policy with any registered loss and advantage")
+    tr.add_argument("--config", required=True, help="a preset from configs/ or your own YAML")
+    tr.add_argument("--run-dir", required=True, help="where metrics, checkpoints and the policy go")
+    tr.add_argument("--steps", type=int, help="override the config's steps")
+    tr.add_argument("--seed", type=int, help="override the config's seed")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue from the newest complete checkpoint in --run-dir")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.add_argument("overrides", nargs="*", metavar="key=value")
+
     ev = sub.add_parser("eval", help="greedy per-tier accuracy of a model or run")
     src = ev.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a Hugging Face model folder")
@@ -51,6 +61,28 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from rich.console import Console
+
+    from lmpo.trainer.config import load_config
+    from lmpo.trainer.evaluate import accuracy_table
+    from lmpo.trainer.loop import train
+    from lmpo.trainer.train_config import TrainConfig
+
+    overrides = list(args.overrides)
+    overrides += [f"steps={args.steps}"] if args.steps is not None else []
+    overrides += [f"seed={args.seed}"] if args.seed is not None else []
+    cfg = load_config(TrainConfig, args.config, overrides)
+    if not Path(cfg.policy, "config.json").exists():
+        raise FileNotFoundError(f"starting policy {cfg.policy} not found: run `lmpo sft` first "
+                                "(or set policy=DIR to a Hugging Face model folder)")
+    summary = train(cfg, args.run_dir, resume=args.resume, progress=not args.quiet)
+    Console().print(accuracy_table({"before": summary["before"], "after": summary["after"]},
+                                   title=f"{Path(args.config).stem}: held-out greedy accuracy"))
+    print(f"run directory: {args.run_dir}")
+    return 0
+
+
 def cmd_eval(args) -> int:
     import torch
     from rich.console import Console
@@ -72,7 +104,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"sft": cmd_sft, "eval": cmd_eval}
+COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

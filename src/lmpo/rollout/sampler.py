@@ -46,7 +46,7 @@ def cached_forward(module, cache, **kw):
     return out, getattr(out, "cache", None) or out.past_key_values
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the outputs feed autograd-tracked losses
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
            eos_token_id: int, pad_token_id: int, generator: torch.Generator | None = None,
            value_fn=None, stopper=None, record_regret: bool = True,

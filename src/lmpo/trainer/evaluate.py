@@ -43,8 +43,12 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
                      batch_size=batch_size)
     hits: dict[str, list[float]] = {}
-    for p, text in zip(problems, texts, strict=True):
-        hits.setdefault(p.cluster, []).append(task.score(p, text))
+    for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
+        try:
+            hits.setdefault(p.cluster, []).append(task.score(p, text))
+        except Exception as exc:
+            raise RuntimeError(f"task scorer raised {type(exc).__name__}: {exc} on held-out "
+                               f"problem {i} (prompt {p.prompt!r}, completion {text!r})") from exc
     per_tier = {tier: sum(v) / len(v) for tier, v in hits.items()}
     total = [x for v in hits.values() for x in v]
     return {"per_tier": per_tier, "mean": sum(total) / len(total), "n": len(total)}
