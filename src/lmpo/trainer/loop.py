@@ -14,6 +14,7 @@ import math
 import random
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -70,10 +71,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr,
                             weight_decay=cfg.optim.weight_decay)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None
-    e = cfg.espo
-    espo = ESPO(mode=e.mode, warmup=e.warmup, r_fail=e.r_fail, target_rate=e.target_rate,
-                beta=e.beta, beta_lr=e.beta_lr, eps_v=e.eps_v, alpha_s=e.alpha_s, min_tokens=e.min_tokens,
-                total_steps=cfg.steps, seed=cfg.seed) if e.enabled else None
+    espo_kw = {k: v for k, v in asdict(cfg.espo).items() if k != "enabled"}
+    espo = ESPO(**espo_kw, total_steps=cfg.steps, seed=cfg.seed) if cfg.espo.enabled else None
     sample_gen = torch.Generator().manual_seed(cfg.seed)
     shuffle_gen = torch.Generator().manual_seed(cfg.seed + 1)
     eval_problems = heldout_problems(task, cfg.log.eval_per_tier, cfg.seed)
