@@ -1,0 +1,104 @@
+"""A full lmpo training step vs the sum of its bare parts, in one process.
+
+Full step: `lmpo train` with the default group preset (configs/grpo.yaml) on the
+warm-started nano policy (`time/step` from metrics.jsonl: rollout, scoring,
+advantages, update, diagnostics; evaluation and checkpoints are off). Bare
+parts: the rollout engine alone sampling a batch of the same size and settings,
+plus one forward+backward of the policy over those same tokens. Both are
+normalised per generated token (batches differ in length), medians over steps.
+
+    python benchmarks/step_overhead.py [--policy runs/sft/chain_sum_nano] [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from lmpo.models import build_policy, build_tokenizer, load_policy, save_policy
+from lmpo.rollout import sample
+from lmpo.tasks import get_task
+from lmpo.trainer.batch import forward_logprobs
+from lmpo.trainer.checkpoint import read_rows
+from lmpo.trainer.config import load_config
+from lmpo.trainer.loop import train
+from lmpo.trainer.train_config import TrainConfig
+
+ROOT = Path(__file__).parent.parent
+RESULTS = Path(__file__).parent / "results" / "step_overhead.json"
+
+
+def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:
+    """Seconds per generated token of sample() + one forward/backward over its tokens."""
+    policy, tok = load_policy(policy_dir)
+    task = get_task(cfg.task)
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    per_token = []
+    for _ in range(repeats):
+        problems = [p for p in task.sample(cfg.rollout.batch_size // cfg.rollout.group_size, rng)
+                    for _ in range(cfg.rollout.group_size)]
+        t0 = time.perf_counter()
+        policy.eval()
+        r = sample(policy, [tok.encode(p.prompt) for p in problems],
+                   max_new_tokens=cfg.rollout.max_new_tokens, eos_token_id=tok.eos_token_id,
+                   pad_token_id=tok.pad_token_id, generator=gen)
+        policy.train()
+        ids, mask = r.full_sequences()
+        logp, _ = forward_logprobs(policy, ids, mask, r.response_ids)
+        (logp * r.response_mask).sum().backward()
+        policy.zero_grad(set_to_none=True)
+        per_token.append((time.perf_counter() - t0) / r.num_generated)
+    return per_token
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--policy", default=str(ROOT / "runs/sft/chain_sum_nano"))
+    ap.add_argument("--preset", default="grpo")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    policy_dir = Path(args.policy)
+    tmp = Path(tempfile.mkdtemp())
+    if not (policy_dir / "config.json").exists():
+        print(f"{policy_dir} missing: using a random nano policy (run `lmpo sft` for the real one)")
+        tok = build_tokenizer()
+        policy_dir = save_policy(build_policy("nano", tok), tok, tmp / "policy0")
+    cfg = load_config(TrainConfig, ROOT / "configs" / f"{args.preset}.yaml", [
+        f"policy={policy_dir}", f"steps={args.steps}", "log.eval_every=100000",
+        "log.checkpoint_every=100000", "log.eval_per_tier=1", "log.tensorboard=true"])
+    train(cfg, tmp / "run", progress=False)
+    rows = read_rows(tmp / "run" / "metrics.jsonl")[args.warmup:]
+    full = [r["time/step"] / r["tokens/generated"] for r in rows]
+    parts = {k: statistics.median(r[f"time/{k}"] / r["tokens/generated"] for r in rows)
+             for k in ("rollout", "scoring", "update")}
+    bare = bare_parts(policy_dir, cfg, len(rows))
+    result = {
+        "command": "python benchmarks/step_overhead.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.machine()}, 2 torch threads",
+        "preset": args.preset, "batch": cfg.rollout.batch_size,
+        "max_new_tokens": cfg.rollout.max_new_tokens, "measured_steps": len(rows),
+        "full_step_us_per_token": 1e6 * statistics.median(full),
+        "bare_parts_us_per_token": 1e6 * statistics.median(bare),
+        "full_parts_us_per_token": {k: 1e6 * v for k, v in parts.items()},
+        "ratio": statistics.median(full) / statistics.median(bare),
+    }
+    print(json.dumps(result, indent=2))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"full step / bare parts = {result['ratio']:.2f}x; wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
