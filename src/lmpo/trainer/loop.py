@@ -216,7 +216,8 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     resp_ids, resp_mask, old_logp = rollout.response_ids, rollout.response_mask, rollout.logp
     b, t = resp_ids.shape
     row: dict = {"step": step}
-    need_ref = cfg.kl.coef > 0 or step % cfg.log.policy_kl_every == 0
+    diagnose = (step - 1) % cfg.log.policy_kl_every == 0
+    need_ref = cfg.kl.coef > 0 or diagnose
     ref_logp = None
     if need_ref:
         with torch.no_grad():
@@ -315,13 +316,14 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     row["grad/norm"] = sums["grad/norm"] / max(1, updates)
     if critic is not None and espo is not None:
         espo.observe_value_loss(row.get("value/loss", math.inf), step)
-    if step % cfg.log.policy_kl_every == 0 or updates == 0:
+    if diagnose or updates == 0:
         with torch.no_grad():
             new_logp, ent = forward_logprobs(policy, ids, mask, resp_ids, cfg.rollout.temperature)
         if updates == 0:  # nothing trained (all groups dropped / skipped): same policy
             row["policy/entropy"] = float(masked_mean(ent, resp_mask))
-        r = torch.exp((new_logp - old_logp).clamp(-20, 20))
-        row["kl/consecutive"] = float(masked_mean(r - 1 - (new_logp - old_logp), resp_mask))
+        if diagnose:
+            r = torch.exp((new_logp - old_logp).clamp(-20, 20))
+            row["kl/consecutive"] = float(masked_mean(r - 1 - (new_logp - old_logp), resp_mask))
     if ref_logp is not None:
         row["kl/ref"] = float(masked_mean(old_logp - ref_logp, resp_mask))
     generated = rollout.num_generated

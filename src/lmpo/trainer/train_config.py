@@ -108,8 +108,10 @@ class LogConfig:
     eval_max_new_tokens: int = 32
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
-    policy_kl_every: int = 1
-    """Measure KL between consecutive policies every N steps (one extra forward)."""
+    policy_kl_every: int = 5
+    """Measure KL to the reference and between consecutive policies on steps 1, 1+N, ...
+    (each costs one extra forward pass over the batch; computed every step when kl.coef > 0
+    needs the reference anyway)."""
     tensorboard: bool = True
 
 
