@@ -99,7 +99,7 @@ def main() -> None:
                       f"{r['chunked_extra_peak_bytes'] / gb:.2f}", f"{r['memory_ratio']:.2f}x",
                       f"{r['naive_seconds']:.2f}", f"{r['chunked_seconds']:.2f}",
                       f"{r['time_ratio']:.2f}x")
-    Console().print(table)
+    Console(width=150).print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "command": "python benchmarks/logprobs_memory.py " + " ".join(sys.argv[1:]),

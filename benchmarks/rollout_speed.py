@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from lmpo.models import ValueModel, build_policy, build_tokenizer, num_parameters
+from lmpo.models import ValueModel, build_policy, build_tokenizer, load_policy, num_parameters
 from lmpo.rollout import IncrementalValues, sample
 from lmpo.tasks import get_task
 
@@ -54,6 +54,7 @@ def measure(model, critic, tok, prompts, args) -> dict[str, float]:
     variants = {
         "hf_generate": lambda s: hf_generate(model, tok, prompts, new, s),
         "lmpo": lambda s: lmpo_sample(model, tok, prompts, new, s),
+        "lmpo_hf_forward": lambda s: lmpo_sample(model, tok, prompts, new, s, fast=False),
         "lmpo_no_regret": lambda s: lmpo_sample(model, tok, prompts, new, s, record_regret=False),
         "lmpo_values": lambda s: lmpo_sample(model, tok, prompts, new, s, value_fn=critic),
     }
@@ -71,6 +72,9 @@ def measure(model, critic, tok, prompts, args) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["nano", "small"])
+    ap.add_argument("--nano-policy", default="runs/sft/chain_sum_nano",
+                    help="warm-started nano policy (its responses end at EOS like in RL); "
+                         "'none' or a missing folder = random initialisation")
     ap.add_argument("--batches", nargs="+", type=int, default=[64, 256])
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
@@ -81,7 +85,8 @@ def main() -> None:
     task = get_task("chain_sum")
     rows = []
     for size in args.sizes:
-        model = build_policy(size, tok, seed=0).eval()
+        trained = size == "nano" and Path(args.nano_policy, "config.json").exists()
+        model = (load_policy(args.nano_policy)[0] if trained else build_policy(size, tok)).eval()
         critic = IncrementalValues(ValueModel.from_policy(model).eval())
         for bsz in args.batches:
             problems = task.sample(bsz, random.Random(bsz))
@@ -89,8 +94,10 @@ def main() -> None:
             med = measure(model, critic, tok, prompts, args)
             rows.append({
                 "size": size, "params": num_parameters(model), "batch": bsz,
+                "weights": "warm-started" if trained else "random init",
                 **{f"{k}_tok_s": v for k, v in med.items()},
                 "lmpo_vs_generate": med["lmpo"] / med["hf_generate"],
+                "fast_path_gain": med["lmpo"] / med["lmpo_hf_forward"],
                 "regret_cost": med["lmpo_no_regret"] / med["lmpo"],
                 "values_cost": med["lmpo_no_regret"] / med["lmpo_values"],
             })
@@ -101,20 +108,22 @@ def main() -> None:
 
     table = Table(title=f"sampling tokens/s, {args.max_new_tokens} new tokens, "
                         f"{args.threads} threads, median of {args.repeats}")
-    for col in ("model", "batch", "HF generate", "lmpo", "lmpo / generate",
-                "regret cost", "values cost"):
+    for col in ("model", "weights", "batch", "HF generate", "lmpo", "lmpo / generate",
+                "fast-path gain", "regret cost", "values cost"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(f"{r['size']} ({r['params'] / 1e6:.2f}M)", str(r["batch"]),
+        table.add_row(f"{r['size']} ({r['params'] / 1e6:.2f}M)", r["weights"], str(r["batch"]),
                       f"{r['hf_generate_tok_s']:.0f}", f"{r['lmpo_tok_s']:.0f}",
-                      f"{r['lmpo_vs_generate']:.2f}x", f"{r['regret_cost']:.2f}x",
+                      f"{r['lmpo_vs_generate']:.2f}x", f"{r['fast_path_gain']:.2f}x",
+                      f"{r['regret_cost']:.2f}x",
                       f"{r['values_cost']:.2f}x")
-    Console().print(table)
+    Console(width=150).print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "command": "python benchmarks/rollout_speed.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {args.threads} torch threads",
-        "note": "regret/values cost = time with / time without (1.00x = free)",
+        "note": "regret/values cost = time with / time without (1.00x = free); tokens counted "
+                "up to and including EOS for both methods",
         "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {RESULTS}")

@@ -47,10 +47,11 @@ def teacher_forced_logp(policy, r, temperature):
     return torch.log_softmax(logits, -1).gather(-1, r.response_ids[..., None]).squeeze(-1)
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_llama", "hf_forward"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_behaviour_logp_equals_teacher_forced_pass(policy, tok, temperature):
+def test_behaviour_logp_equals_teacher_forced_pass(policy, tok, temperature, fast):
     eos = frequent_token(policy, tok)
-    r = run(policy, tok, eos=eos, temperature=temperature)
+    r = run(policy, tok, eos=eos, temperature=temperature, fast=fast)
     lengths = r.response_mask.sum(-1)
     assert len(set(lengths.tolist())) >= 3, "want EOS at several positions"
     assert "eos" in r.stop_reason and "length" in r.stop_reason
@@ -111,3 +112,27 @@ def test_bad_arguments(policy, tok):
         run(policy, tok, max_new_tokens=0)
     with pytest.raises(ValueError, match="at least one token"):
         sample(policy, [[]], max_new_tokens=2, eos_token_id=2, pad_token_id=0)
+
+
+def test_fast_path_is_used_for_llama_and_agrees_with_the_generic_path(policy, tok):
+    from lmpo.rollout import fast_llama
+
+    assert fast_llama.supports(policy)
+    a = run(policy, tok, temperature=0.0, fast=True)
+    b = run(policy, tok, temperature=0.0, fast=False)
+    assert torch.equal(a.response_ids, b.response_ids)
+    torch.testing.assert_close(a.logp, b.logp, rtol=0, atol=1e-5)
+
+
+def test_grouped_query_attention_fast_path(tok):
+    from lmpo.models.llama import llama_config
+
+    cfg = llama_config("nano", tok)
+    cfg.num_key_value_heads = 2  # 4 query heads share 2 key/value heads
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    gqa = LlamaForCausalLM(cfg).eval()
+    r = run(gqa, tok, eos=frequent_token(gqa, tok))
+    want = teacher_forced_logp(gqa, r, 1.0) * r.response_mask
+    torch.testing.assert_close(r.logp, want, rtol=0, atol=1e-5)

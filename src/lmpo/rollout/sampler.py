@@ -13,6 +13,7 @@ import inspect
 
 import torch
 
+from lmpo.rollout import fast_llama
 from lmpo.rollout.types import Rollout
 
 
@@ -50,7 +51,7 @@ def cached_forward(module, cache, **kw):
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
            eos_token_id: int, pad_token_id: int, generator: torch.Generator | None = None,
            value_fn=None, stopper=None, record_regret: bool = True,
-           compact_frac: float = 0.25) -> Rollout:
+           compact_frac: float = 0.25, fast: bool = True) -> Rollout:
     """Sample up to `max_new_tokens` tokens after each prompt.
 
     temperature == 0 decodes greedily (logp is then that of the untempered policy).
@@ -58,6 +59,8 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     `stopper` (ESPO) may end a row early with stop_reason "early_stop".
     `record_regret=False` skips the regret (left at 0; ESPO needs it).
     Finished rows leave the batch once they are `compact_frac` of it.
+    `fast` decodes plain Llama models with `FastLlamaDecoder` (same math, less
+    per-token overhead); other models always use their own forward.
     """
     if stopper is not None and not record_regret:
         raise ValueError("ESPO needs the regret: record_regret must be True with a stopper")
@@ -79,6 +82,10 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
                                 position_ids=positions(mask), logits_to_keep=1)
     logits = out.logits[:, -1]
+    decoder = None
+    if fast and fast_llama.supports(model):
+        decoder = fast_llama.FastLlamaDecoder(model, cache, mask, ids.shape[1] + max_new_tokens)
+        cache = None
     values = value_fn.prefill(ids, mask) if value_fn is not None else None
     if stopper is not None:
         stopper.begin_batch(b)
@@ -125,15 +132,21 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
             # drop finished rows from the batch and the KV cache; below the threshold
             # they ride along (one wasted row-step is cheaper than copying the cache)
             keep = alive.nonzero().flatten().to(device)
-            cache.batch_select_indices(keep)
+            if decoder is not None:
+                decoder.select(keep)
+            else:
+                cache.batch_select_indices(keep)
             if value_fn is not None:
                 value_fn.select(keep)
             rows, alive = rows[keep.cpu()], alive[keep.cpu()]
             token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-        out, cache = cached_forward(model, cache, input_ids=token[:, None], attention_mask=mask,
-                                    position_ids=next_pos[:, None])
-        logits = out.logits[:, -1]
+        if decoder is not None:
+            logits = decoder.step(token, next_pos)
+        else:
+            out, cache = cached_forward(model, cache, input_ids=token[:, None],
+                                        attention_mask=mask, position_ids=next_pos[:, None])
+            logits = out.logits[:, -1]
         if value_fn is not None:
             values = value_fn.step(token[:, None], mask, next_pos[:, None])
         next_pos = next_pos + 1
