@@ -140,7 +140,7 @@ def sampled_reward(policy_dir, n_prompts=256, samples=4, seed=123, cluster=None)
 def test_end_to_end_learning_raises_reward(sft_run, tmp_path, preset, steps, lr):
     """From the warm-started nano policy, a short run on the t3d1 tier raises the sampled
     (temperature 1) reward on a fixed probe of 1024 samples. Observed (seed 0, ~15 s /
-    ~28 s): grpo 0.535 -> 0.668, ppo_clip 0.535 -> 0.682. The asserted margin (+0.05) is
+    ~28 s): grpo 0.535 -> 0.668, ppo_clip 0.535 -> 0.641. The asserted margin (+0.05) is
     well outside the probe's noise (std ~0.016) and fails if the update does nothing or
     pushes the wrong way (e.g. a flipped advantage sign drives the reward down)."""
     policy_dir, _ = sft_run
@@ -153,3 +153,13 @@ def test_end_to_end_learning_raises_reward(sft_run, tmp_path, preset, steps, lr)
     after = sampled_reward(tmp_path / "run" / "policy", cluster="t3d1")
     print(f"{preset}: sampled reward {before:.3f} -> {after:.3f}")
     assert after > before + 0.05
+
+
+def test_a_jsonl_dataset_trains_like_a_builtin_task(tiny_policy_dir, tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1),
+                                        "cluster": "a" if i < 5 else "b"}) + "\n"
+                            for i in range(10)))
+    cfg = tiny_cfg(tiny_policy_dir, extra=["steps=2", f"task={data}"])
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert set(summary["after"]["per_tier"]) == {"a", "b"}

@@ -101,6 +101,11 @@ TASKS = {
 
 
 def get_task(name: str):
+    """A built-in task by name, or a user dataset given as a path to a .jsonl file."""
+    if name.endswith(".jsonl"):
+        from lmpo.tasks.jsonl import JsonlTask
+
+        return JsonlTask(name)
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}{nearest(name, list(TASKS))}; "
                        f"valid tasks: {', '.join(TASKS)}")

@@ -118,6 +118,7 @@ class LogConfig:
 @dataclass
 class TrainConfig:
     task: str = "chain_sum"
+    """A built-in task (chain_sum, products) or a path to a JSONL dataset."""
     policy: str = "runs/sft/chain_sum_nano"
     """Starting policy: a local Hugging Face folder (`lmpo sft` makes one)."""
     steps: int = 40
@@ -179,7 +180,8 @@ class TrainConfig:
              f"espo mode {self.espo.mode!r} needs the critic: set advantage.name=gae"),
             (self.scorer_errors in ("raise", "zero"),
              f"scorer_errors must be raise|zero, got {self.scorer_errors!r}"),
-            (self.task in TASKS, f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}"),
+            (self.task in TASKS or self.task.endswith(".jsonl"),
+             f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)} or a .jsonl path"),
         ]
         for ok, msg in checks:
             if not ok:
