@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-RESULTS = Path(__file__).parent / "results" / "logprobs_memory.json"
 
 
 def _status(field: str) -> int:
@@ -74,6 +71,7 @@ def main() -> None:
         print(json.dumps(child(args.child, args.rows, args.vocab[0], args.backward, args.repeats)))
         return
 
+    from common import write_result
     from rich.console import Console
     from rich.table import Table
 
@@ -100,13 +98,7 @@ def main() -> None:
                       f"{r['naive_seconds']:.2f}", f"{r['chunked_seconds']:.2f}",
                       f"{r['time_ratio']:.2f}x")
     Console(width=150).print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "command": "python benchmarks/logprobs_memory.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, 2 torch threads",
-        "rows": rows,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_result("logprobs_memory", {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
+from common import write_result
 
 from lmpo.models import ValueModel, build_policy, build_tokenizer, load_policy, num_parameters
 from lmpo.rollout import IncrementalValues, sample
 from lmpo.tasks import get_task
-
-RESULTS = Path(__file__).parent / "results" / "rollout_speed.json"
 
 
 def hf_generate(model, tok, prompts, max_new, seed):
@@ -118,15 +115,11 @@ def main() -> None:
                       f"{r['regret_cost']:.2f}x",
                       f"{r['values_cost']:.2f}x")
     Console(width=150).print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "command": "python benchmarks/rollout_speed.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()}, {args.threads} torch threads",
+    write_result("rollout_speed", {
         "note": "regret/values cost = time with / time without (1.00x = free); tokens counted "
                 "up to and including EOS for both methods",
         "rows": rows,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    }, threads=args.threads)
 
 
 if __name__ == "__main__":

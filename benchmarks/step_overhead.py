@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from common import write_result
 
 from lmpo.models import build_policy, build_tokenizer, load_policy, save_policy
 from lmpo.rollout import sample
@@ -34,7 +33,6 @@ from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 
 ROOT = Path(__file__).parent.parent
-RESULTS = Path(__file__).parent / "results" / "step_overhead.json"
 
 
 def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:
@@ -85,8 +83,6 @@ def main() -> None:
              for k in ("rollout", "scoring", "update")}
     bare = bare_parts(policy_dir, cfg, len(rows))
     result = {
-        "command": "python benchmarks/step_overhead.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()}, 2 torch threads",
         "preset": args.preset, "batch": cfg.rollout.batch_size,
         "max_new_tokens": cfg.rollout.max_new_tokens, "measured_steps": len(rows),
         "full_step_us_per_token": 1e6 * statistics.median(full),
@@ -98,10 +94,9 @@ def main() -> None:
                 "steps: the median is a step without them, the ratio of means includes them",
     }
     print(json.dumps(result, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("step_overhead", result)
     print(f"full step / bare parts = {result['ratio']:.2f}x (median), "
-          f"{result['ratio_of_means']:.2f}x (means); wrote {RESULTS}")
+          f"{result['ratio_of_means']:.2f}x (means)")
 
 
 if __name__ == "__main__":
