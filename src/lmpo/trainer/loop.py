@@ -92,13 +92,16 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         if critic:
             critic.load_state_dict(state["critic"])
             critic_opt.load_state_dict(state["critic_opt"])
-        estimator and estimator.load_state_dict(state["estimator"])
-        espo and espo.load_state_dict(state["espo"])
+        if estimator is not None:
+            estimator.load_state_dict(state["estimator"])
+        if espo is not None:
+            espo.load_state_dict(state["espo"])
         sampler.load_state_dict(state["sampler"])
         sample_gen.set_state(state["sample_gen"])
         shuffle_gen.set_state(state["shuffle_gen"])
         torch.set_rng_state(state["torch_rng"])
-    truncate_rows(metrics_path, start) if metrics_path.exists() else None
+    if metrics_path.exists():
+        truncate_rows(metrics_path, start)
     save_config(cfg, run_dir / "config.yaml")
     writer = None
     if cfg.log.tensorboard:
@@ -251,8 +254,11 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     for _epoch in range(cfg.optim.epochs):
         perm = keep[torch.randperm(len(keep), generator=s["shuffle_gen"])]
         for mb in perm.chunk(cfg.optim.minibatches) if len(perm) else []:
+            # global counts of the minibatch: micro-batch losses add up to its loss; the
+            # Dr. GRPO horizon is the fixed generation budget, not this batch's longest row
             counts = {"num_tokens": resp_mask[mb].sum(),
-                      "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(), "horizon": t}
+                      "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
+                      "horizon": cfg.rollout.max_new_tokens}
             s["opt"].zero_grad(set_to_none=True)
             if critic is not None:
                 s["critic_opt"].zero_grad(set_to_none=True)
