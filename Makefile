@@ -6,7 +6,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 SFT_POLICY := runs/sft/chain_sum_nano
 
-.PHONY: install demo test lint bench clean
+# verl and TRL pin transformers ranges that exclude each other: one venv each.
+VERL_VENV := .venv-verl
+TRL_VENV := .venv-trl
+
+.PHONY: install demo test test-core test-verl test-trl lint bench clean
 
 install: $(STAMP)
 
@@ -25,10 +29,32 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
-test: lint
-	$(PY) -m pytest; rc=$$?; \
+define run_pytest
+	$(1) -m pytest $(2); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
+endef
+
+test: test-core test-verl test-trl
+
+test-core: lint
+	$(call run_pytest,$(PY),)
+
+$(VERL_VENV)/.installed-stamp: pyproject.toml
+	test -x $(VERL_VENV)/bin/python || python3 -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q -e '.[dev,verl]'
+	touch $@
+
+$(TRL_VENV)/.installed-stamp: pyproject.toml
+	test -x $(TRL_VENV)/bin/python || python3 -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install -q -e '.[dev,trl]'
+	touch $@
+
+test-verl: $(VERL_VENV)/.installed-stamp
+	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py)
+
+test-trl: $(TRL_VENV)/.installed-stamp
+	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py)
 
 bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py
@@ -36,4 +62,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/step_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,2 @@
+"""Adapters to the engines people run at scale. Each imports its engine lazily:
+lmpo itself never needs verl or TRL installed."""

@@ -1,0 +1,145 @@
+"""lmpo inside verl: every lmpo loss and estimator in verl's own registries.
+
+Installing lmpo with the `verl` extra registers, through verl's `verl.plugins`
+entry point, every loss as `lmpo_<name>` (verl's policy-loss signature) and
+every estimator as `lmpo_<name>` (verl's advantage-estimator signature). Select
+them with `actor_rollout_ref.actor.policy_loss.loss_mode=lmpo_cegppo` and
+`algorithm.adv_estimator=lmpo_ebpo`; hyper-parameters go in
+`actor_rollout_ref.actor.policy_loss.hparams` once `policy_loss._target_` points
+at `LmpoPolicyLossConfig` (verl's own config class rejects unknown keys).
+See docs/verl.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmpo.advantages import get_advantage, list_advantages
+from lmpo.losses import get_loss, list_losses, loss_hparams
+
+PREFIX = "lmpo_"
+
+# verl's clip_ratio_low/high (and clip_ratio_c) feed these lmpo hyper-parameters unless
+# policy_loss.hparams sets them: the same knobs mean the same thing in both libraries.
+VERL_CLIP_KEYS = {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high",
+                  "delta_low": "clip_ratio_low", "delta_high": "clip_ratio_high"}
+
+_ESTIMATORS: dict[str, Any] = {}  # driver-process state (EBPO's Welford accumulators)
+
+
+def _get(config, key, default=None):
+    if config is None:
+        return default
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def resolve_hparams(name: str, config) -> dict:
+    """lmpo hyper-parameters for `name` from a verl actor config."""
+    valid = loss_hparams(name)
+    policy_loss = _get(config, "policy_loss")
+    explicit = dict(_get(policy_loss, "hparams", None) or {})
+    hp = {}
+    for key, verl_key in VERL_CLIP_KEYS.items():
+        if key in valid and key not in explicit:
+            value = _get(config, verl_key)
+            value = _get(config, "clip_ratio") if value is None else value
+            if value is not None:
+                hp[key] = float(value)
+    return hp | explicit
+
+
+def make_policy_loss(name: str):
+    """verl-signature wrapper around lmpo loss `name`."""
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    def policy_loss(old_log_prob, log_prob, advantages, response_mask,
+                    loss_agg_mode: str = "token-mean", config=None, rollout_is_weights=None):
+        fn = get_loss(name, **resolve_hparams(name, config))
+        loss_tok, metrics = fn(log_prob, old_log_prob, advantages, response_mask)
+        if rollout_is_weights is not None:
+            loss_tok = loss_tok * rollout_is_weights
+        batch_info = dict(_get(config, "global_batch_info", None) or {})
+        loss = agg_loss(loss_mat=loss_tok, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
+                        **batch_info)
+        out = {f"actor/lmpo/{k}": v for k, v in metrics.items()}
+        out["actor/pg_clipfrac"] = metrics.get("clipfrac", metrics.get("dppo/masked_frac", 0.0))
+        out["actor/ppo_kl"] = metrics["approx_kl"]
+        return loss, out
+
+    policy_loss.__name__ = f"{PREFIX}{name}"
+    return policy_loss
+
+
+def estimator_instance(name: str):
+    """The driver-process instance of estimator `name` (stateful for EBPO)."""
+    if name not in _ESTIMATORS:
+        _ESTIMATORS[name] = get_advantage(name)
+    return _ESTIMATORS[name]
+
+
+def make_adv_estimator(name: str):
+    """verl-signature wrapper: outcome scores -> lmpo estimator -> per-token advantages."""
+
+    def adv_estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                      index: np.ndarray, epsilon: float = 1e-6, config=None, **kwargs):
+        scores = token_level_rewards.sum(dim=-1)
+        _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+        est = estimator_instance(name)
+        with torch.no_grad():
+            adv, _ = est(scores, torch.as_tensor(group_ids, dtype=torch.long))
+        adv = adv.to(token_level_rewards.dtype)[:, None] * response_mask
+        return adv, adv
+
+    adv_estimator.__name__ = f"{PREFIX}{name}"
+    return adv_estimator
+
+
+def estimator_state() -> dict:
+    """State of the driver's stateful estimators, to save next to a verl checkpoint."""
+    return {name: est.state_dict() for name, est in _ESTIMATORS.items()}
+
+
+def load_estimator_state(state: dict) -> None:
+    for name, sd in state.items():
+        estimator_instance(name).load_state_dict(sd)
+
+
+def register() -> None:
+    """Add every lmpo loss and estimator to verl's registries (idempotent)."""
+    from verl.trainer.ppo import core_algos
+
+    for name in list_losses():
+        key = PREFIX + name
+        if key not in core_algos.POLICY_LOSS_REGISTRY:
+            core_algos.register_policy_loss(key)(make_policy_loss(name))
+    for name in list_advantages():
+        key = PREFIX + name
+        if key not in core_algos.ADV_ESTIMATOR_REGISTRY:
+            core_algos.register_adv_est(key)(make_adv_estimator(name))
+
+
+def _policy_loss_config_class():
+    from verl.workers.config.actor import PolicyLossConfig
+
+    @dataclasses.dataclass
+    class LmpoPolicyLossConfig(PolicyLossConfig):
+        """verl's PolicyLossConfig plus `hparams`: lmpo hyper-parameters by name."""
+
+        hparams: dict = dataclasses.field(default_factory=dict)
+
+    LmpoPolicyLossConfig.__module__ = __name__
+    return LmpoPolicyLossConfig
+
+
+def __getattr__(attr: str):
+    if attr == "LmpoPolicyLossConfig":
+        cls = _policy_loss_config_class()
+        globals()["LmpoPolicyLossConfig"] = cls
+        return cls
+    raise AttributeError(attr)

@@ -1,0 +1,74 @@
+"""lmpo inside TRL's GRPOTrainer (runs in the TRL environment: make test-trl)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+trl = pytest.importorskip("trl", reason="TRL not installed: run `make test-trl`")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from lmpo.integrations.trl import LmpoGRPOTrainer  # noqa: E402
+from lmpo.models import build_policy, build_tokenizer  # noqa: E402
+
+
+def has_answer(completions, **kwargs):
+    return [float("#" in c) for c in completions]
+
+
+def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, **kw):
+    tok = build_tokenizer()
+    model = build_policy("nano", tok, seed=0)
+    data = Dataset.from_dict({"prompt": ["1+2=", "12+7=", "3-9=", "4*5=", "9+9=", "7-1="] * 4})
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=3, learning_rate=1e-4, logging_steps=1,
+                      report_to="none", save_strategy="no", use_cpu=True, seed=0,
+                      loss_type=loss_type, beta=beta, temperature=1.0)
+    if cls is LmpoGRPOTrainer and beta:
+        kw["ref_model"] = copy.deepcopy(model)
+    return cls(model=model, reward_funcs=has_answer, args=args, train_dataset=data,
+               processing_class=tok, **kw)
+
+
+@pytest.mark.parametrize("loss,advantage", [("cegppo", "ebpo"), ("drpo", "dr_grpo")])
+def test_three_training_steps_with_lmpo_loss_and_estimator(tmp_path, loss, advantage):
+    trainer = make_trainer(tmp_path, lmpo_loss=loss, lmpo_advantage=advantage, beta=0.04,
+                           lmpo_agg="token-mean" if loss == "cegppo" else "seq-mean-token-sum-norm")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 3
+    logged = {k for row in trainer.state.log_history for k in row}
+    assert "lmpo/displacement" in logged and "lmpo/adv/zero_std_frac" in logged
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(),
+                                                     strict=True))
+
+
+def test_ppo_clip_token_mean_equals_trls_dapo_loss(tmp_path):
+    trainer = make_trainer(tmp_path, lmpo_loss="ppo_clip",
+                           lmpo_loss_hparams={"eps_low": 0.2, "eps_high": 0.2})
+    g = torch.Generator().manual_seed(0)
+    b, p, t = 16, 5, 12
+    inputs = {
+        "prompt_ids": torch.randint(4, 80, (b, p), generator=g),
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": torch.randint(4, 80, (b, t), generator=g),
+        "completion_mask": (torch.rand(b, t, generator=g) < 0.8).long(),
+        "advantages": torch.randn(b, generator=g),
+    }
+    inputs["num_items_in_batch"] = inputs["completion_mask"].sum().float()
+    with torch.no_grad():  # an old policy that differs, so that clipping is exercised
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), t)
+    inputs["old_per_token_logps"] = logp + 0.5 * torch.randn(b, t, generator=g)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2  # as inside Trainer's accumulation loop
+    ours = trainer._compute_loss(trainer.model, inputs)
+    theirs = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
