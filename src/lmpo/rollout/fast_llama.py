@@ -5,8 +5,8 @@ tables per layer, a `torch.cat` of the whole KV cache per layer and a few
 dozen module calls; at the sizes lmpo trains on a CPU those costs rival the
 matrix products. This decoder reads the model's own weights (q/k/v and
 gate/up fused into one matrix each), keeps K/V in buffers preallocated for
-prompt + max_new_tokens, and computes exactly Llama's math. The prompt itself
-still goes through the model's own forward. Anything that is not a plain Llama
+prompt + max_new_tokens, and computes exactly Llama's math, prompt pass
+included. Anything that is not a plain Llama
 (biases, non-default RoPE, other activations) falls back to the generic path.
 """
 
@@ -41,7 +41,9 @@ def _rotate(x, cos, sin):
 
 
 class FastLlamaDecoder:
-    def __init__(self, model, hf_cache, prompt_mask: torch.Tensor, capacity: int):
+    """Prompt pass and single-token steps, Llama math, K/V in preallocated buffers."""
+
+    def __init__(self, model, prompt_mask: torch.Tensor, capacity: int):
         c = model.config
         self.h, self.kv = c.num_attention_heads, c.num_key_value_heads
         self.d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -51,56 +53,64 @@ class FastLlamaDecoder:
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.lm_head = model.lm_head.weight
-        self.layers = []
-        for i, layer in enumerate(model.model.layers):
-            a, m = layer.self_attn, layer.mlp
-            keys, values = hf_cache.layers[i].keys, hf_cache.layers[i].values
-            b, _, p, _ = keys.shape
-            k_buf = keys.new_empty((b, self.kv, capacity, self.d))
-            v_buf = values.new_empty((b, self.kv, capacity, self.d))
-            k_buf[:, :, :p], v_buf[:, :, :p] = keys, values
-            self.layers.append({
-                "qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                "o": a.o_proj.weight, "down": m.down_proj.weight,
-                "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight]),
-                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "k": k_buf, "v": v_buf,
-            })
-        self.length = prompt_mask.shape[1]
-        dtype = self.embed.dtype
-        self.bias = torch.zeros((prompt_mask.shape[0], capacity), dtype=dtype,
-                                device=prompt_mask.device)
-        self.bias[:, :self.length] = torch.where(prompt_mask.bool(), 0.0, float("-inf"))
+        b, dtype = prompt_mask.shape[0], self.embed.dtype
+        self.layers = [{
+            "qkv": torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                              layer.self_attn.v_proj.weight]),
+            "o": layer.self_attn.o_proj.weight, "down": layer.mlp.down_proj.weight,
+            "gate_up": torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+            "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
+            "k": self.embed.new_empty((b, self.kv, capacity, self.d)),
+            "v": self.embed.new_empty((b, self.kv, capacity, self.d)),
+        } for layer in model.model.layers]
+        self.length = 0
+        # additive key mask: 0 for real tokens, the dtype's minimum for left padding (finite,
+        # so a padding query that sees only padding stays finite, as in HF's eager path)
+        self.neg = torch.finfo(dtype).min
+        self.bias = torch.zeros((b, capacity), dtype=dtype, device=prompt_mask.device)
+        self.bias[:, :prompt_mask.shape[1]] = torch.where(prompt_mask.bool(), 0.0, self.neg)
 
     def select(self, keep: torch.Tensor) -> None:
         for layer in self.layers:
             layer["k"], layer["v"] = layer["k"][keep], layer["v"][keep]
         self.bias = self.bias[keep]
 
+    def prefill(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Run the prompts [B, P] (positions [B, P]); logits [B, V] of the last position."""
+        return self._forward(ids, positions)
+
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits [B, V] for one new token per row at `positions` [B]."""
-        b, t = tokens.shape[0], self.length
-        x = self.embed[tokens]
-        freqs = positions[:, None].float() * self.inv_freq[None]
+        return self._forward(tokens[:, None], positions[:, None])
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        b, n = tokens.shape
+        t, g = self.length, self.h // self.kv
+        x = self.embed[tokens]  # [B, n, H]
+        freqs = positions[..., None].float() * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)[:, None]  # [B, 1, D]
+        cos = (emb.cos() * self.rope_scale).to(x.dtype)[:, None]  # [B, 1, n, D]
         sin = (emb.sin() * self.rope_scale).to(x.dtype)[:, None]
-        bias = self.bias[:, None, None, :t + 1]  # [B, 1, 1, t+1]
-        groups = self.h // self.kv
-        nq, nk = self.h * self.d, self.kv * self.d
+        bias = self.bias[:, None, None, None, :t + n]  # [B, 1, 1, 1, t+n]
+        if n > 1:  # causal within the new tokens
+            future = torch.ones(n, t + n, dtype=torch.bool, device=x.device).triu(t + 1)
+            bias = bias.masked_fill(future, self.neg)
+        nq = self.h * self.d
         for layer in self.layers:
             qkv = F.linear(_rms(x, layer["ln1"], self.eps), layer["qkv"])
-            q = _rotate(qkv[:, :nq].view(b, self.h, self.d), cos, sin)
-            k = _rotate(qkv[:, nq:nq + nk].view(b, self.kv, self.d), cos, sin)
-            layer["k"][:, :, t] = k
-            layer["v"][:, :, t] = qkv[:, nq + nk:].view(b, self.kv, self.d)
-            keys, values = layer["k"][:, :, :t + 1], layer["v"][:, :, :t + 1]
-            q = q.view(b, self.kv, groups, self.d)
-            scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale + bias
+            heads = qkv.view(b, n, self.h + 2 * self.kv, self.d).transpose(1, 2)  # [B, *, n, D]
+            q = _rotate(heads[:, :self.h], cos, sin)
+            layer["k"][:, :, t:t + n] = _rotate(heads[:, self.h:self.h + self.kv], cos, sin)
+            layer["v"][:, :, t:t + n] = heads[:, self.h + self.kv:]
+            keys, values = layer["k"][:, :, :t + n], layer["v"][:, :, :t + n]
+            q = q.reshape(b, self.kv, g * n, self.d)  # query heads grouped by their K/V head
+            scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale
+            scores = scores.view(b, self.kv, g, n, t + n) + bias
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            attn = torch.matmul(probs, values).reshape(b, nq)
+            attn = torch.matmul(probs.view(b, self.kv, g * n, t + n), values)
+            attn = attn.view(b, self.h, n, self.d).transpose(1, 2).reshape(b, n, nq)
             x = x + F.linear(attn, layer["o"])
             gate, up = F.linear(_rms(x, layer["ln2"], self.eps), layer["gate_up"]).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])
-        self.length += 1
-        return F.linear(_rms(x, self.final_norm, self.eps), self.lm_head)
+        self.length += n
+        return F.linear(_rms(x[:, -1], self.final_norm, self.eps), self.lm_head)

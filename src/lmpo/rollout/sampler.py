@@ -79,13 +79,14 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     reasons = ["length"] * b
 
     ids, mask = prompt_ids.to(device), prompt_mask.to(device)
-    out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
-                                position_ids=positions(mask), logits_to_keep=1)
-    logits = out.logits[:, -1]
-    decoder = None
+    decoder, cache = None, None
     if fast and fast_llama.supports(model):
-        decoder = fast_llama.FastLlamaDecoder(model, cache, mask, ids.shape[1] + max_new_tokens)
-        cache = None
+        decoder = fast_llama.FastLlamaDecoder(model, mask, ids.shape[1] + max_new_tokens)
+        logits = decoder.prefill(ids, positions(mask))
+    else:
+        out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
+                                    position_ids=positions(mask), logits_to_keep=1)
+        logits = out.logits[:, -1]
     values = value_fn.prefill(ids, mask) if value_fn is not None else None
     if stopper is not None:
         stopper.begin_batch(b)
