@@ -164,3 +164,35 @@ def test_modes_and_value_requirement():
     r = primed(mode="regret_only", beta=0.1, beta_min=0.01, adapt_beta=False)
     r.begin_batch(1)
     assert r.step(torch.arange(1), torch.full((1,), 50.0), None, 0).tolist() == [True]
+
+
+def test_false_positive_diagnostic_finishes_stopped_copies(sft_run):
+    """Greedy rollouts of the warm-started policy on its solved tier, randomly stopped:
+    finishing each stopped copy greedily must reproduce the unstopped greedy completion,
+    so every stop is a false positive and the would-be lengths are the true lengths."""
+    import random
+
+    from lmpo.models import load_policy
+    from lmpo.tasks import get_task
+    from lmpo.trainer.batch import finish_stopped
+
+    policy, tok = load_policy(sft_run[0])
+    task = get_task("chain_sum")
+    problems = task.sample(32, random.Random(0), cluster="t2d1")
+    prompts = [tok.encode(p.prompt) for p in problems]
+    kw = {"max_new_tokens": 12, "temperature": 0.0, "eos_token_id": tok.eos_token_id,
+          "pad_token_id": tok.pad_token_id}
+    full = sample(policy, prompts, **kw)
+    stopper = ESPO(mode="random", warmup=False, target_rate=0.6, seed=0)
+    stopper.natural_length = 3.0
+    r = sample(policy, prompts, stopper=stopper, **kw)
+    stopped = [i for i, s in enumerate(r.stop_reason) if s == "early_stop"]
+    assert len(stopped) >= 5
+    diag = finish_stopped(policy, tok, task, problems, r, max_new_tokens=12, temperature=0.0,
+                          seed=0)
+    solved = [task.score(problems[i], tok.decode(full.response_ids[i, :int(full.lengths[i])],
+                                                 skip_special_tokens=True)) for i in stopped]
+    assert diag["espo/false_positive_rate"] == pytest.approx(sum(solved) / len(solved))
+    assert sum(solved) / len(solved) >= 0.9  # the tier is solved: these stops were wrong
+    assert diag["espo/would_be_length_mean"] == pytest.approx(
+        float(full.lengths[stopped].float().mean()))

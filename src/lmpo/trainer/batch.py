@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lmpo.logprobs import logprobs_and_entropy
-from lmpo.rollout import Rollout
+from lmpo.rollout import Rollout, sample
 from lmpo.rollout.sampler import positions
 
 
@@ -64,3 +64,36 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     if r.numel() < 2 or float(r.var()) == 0:
         return 0.0
     return float(1 - (r - v).var() / r.var())
+
+
+def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_new_tokens: int,
+                   temperature: float, seed: int) -> dict[str, float]:
+    """ESPO diagnostics: let a copy of every early-stopped sequence run to its end.
+
+    Returns the false-positive stop rate (share of stopped sequences whose finished
+    copy is correct) and the mean would-have-been length. Uses its own generator
+    (seeded per step), so the training run's random stream is untouched.
+    """
+    stopped = [i for i, r in enumerate(rollout.stop_reason) if r == "early_stop"]
+    if not stopped:
+        return {}
+    prefixes, room = [], []
+    for i in stopped:
+        n = int(rollout.lengths[i])
+        prompt = rollout.prompt_ids[i][rollout.prompt_mask[i].bool()].tolist()
+        prefixes.append(prompt + rollout.response_ids[i, :n].tolist())
+        room.append(max_new_tokens - n)
+    rest = sample(policy, prefixes, max_new_tokens=max(1, max(room)), temperature=temperature,
+                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                  generator=torch.Generator().manual_seed(seed))
+    correct, lengths = [], []
+    for j, i in enumerate(stopped):
+        n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), room[j])
+        if room[j] <= 0:
+            extra = 0
+        ids = rollout.response_ids[i, :n].tolist() + rest.response_ids[j, :extra].tolist()
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        correct.append(float(task.score(problems[i], text) == 1.0))
+        lengths.append(n + extra)
+    return {"espo/false_positive_rate": sum(correct) / len(correct),
+            "espo/would_be_length_mean": sum(lengths) / len(lengths)}

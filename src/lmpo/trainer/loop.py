@@ -25,7 +25,13 @@ from lmpo.masked import masked_mean, masked_whiten
 from lmpo.models import ValueModel, load_policy, save_policy
 from lmpo.rollout import ESPO, IncrementalValues, sample
 from lmpo.tasks import Sampler, get_task
-from lmpo.trainer.batch import critic_values, explained_variance, forward_logprobs, score_rollout
+from lmpo.trainer.batch import (
+    critic_values,
+    explained_variance,
+    finish_stopped,
+    forward_logprobs,
+    score_rollout,
+)
 from lmpo.trainer.checkpoint import (
     append_row,
     latest_checkpoint,
@@ -71,7 +77,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr,
                             weight_decay=cfg.optim.weight_decay)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None
-    espo_kw = {k: v for k, v in asdict(cfg.espo).items() if k != "enabled"}
+    espo_kw = {k: v for k, v in asdict(cfg.espo).items()
+               if k not in ("enabled", "measure_false_positives")}
     espo = ESPO(**espo_kw, total_steps=cfg.steps, seed=cfg.seed) if cfg.espo.enabled else None
     sample_gen = torch.Generator().manual_seed(cfg.seed)
     shuffle_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -214,6 +221,15 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     scores, _, scorer_errors = score_rollout(s["task"], problems, tok, rollout, r_fail=r_fail,
                                              on_error=cfg.scorer_errors)
     t_score = time.perf_counter()
+    espo_diag: dict[str, float] = {}
+    if espo is not None and cfg.espo.measure_false_positives:  # with the rollout policy
+        policy.eval()
+        espo_diag = finish_stopped(policy, tok, s["task"], problems, rollout,
+                                   max_new_tokens=cfg.rollout.max_new_tokens,
+                                   temperature=cfg.rollout.temperature,
+                                   seed=cfg.seed * 1_000_003 + step)
+        policy.train()
+    t_diag = time.perf_counter()
     # ================================================================ advantages
     ids, mask = rollout.full_sequences()
     resp_ids, resp_mask, old_logp = rollout.response_ids, rollout.response_mask, rollout.logp
@@ -350,7 +366,9 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
         row["espo/stop_position_mean"] = float(rollout.lengths[stopped].float().mean()) \
             if stopped else 0.0
     t_end = time.perf_counter()
+    row |= espo_diag
     row |= {"time/rollout": t_rollout - t_start, "time/scoring": t_score - t_rollout,
-            "time/update": t_update - t_score, "time/step": t_end - t_start,
+            "time/espo_diagnostics": t_diag - t_score, "time/update": t_update - t_diag,
+            "time/step": t_end - t_start,
             "time/tokens_per_s": generated / max(t_rollout - t_start, 1e-9)}
     return row

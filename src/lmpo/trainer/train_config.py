@@ -98,6 +98,9 @@ class ESPOConfig:
     eps_v: float = 0.2
     alpha_s: float = 0.9
     min_tokens: int = 1
+    measure_false_positives: bool = True
+    """Finish a copy of each stopped sequence to log espo/false_positive_rate and
+    espo/would_be_length_mean (extra sampling, not counted in tokens/generated)."""
 
 
 @dataclass
