@@ -17,6 +17,11 @@ AGG_MODES = (
 )
 
 
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions of left-padded rows: 0 at each row's first real token.  # [B, L] -> [B, L]"""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     x = torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
     return x.sum() if dim is None else x.sum(dim)

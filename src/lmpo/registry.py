@@ -35,6 +35,7 @@ class Registry:
         self.kind = kind
         self._entries: dict[str, Callable[..., Any]] = {}
         self._meta: dict[str, dict[str, Any]] = {}
+        self._hparams: dict[str, dict[str, Any]] = {}
 
     def register(self, name: str, **meta: Any) -> Callable[[Callable], Callable]:
         def deco(fn: Callable) -> Callable:
@@ -60,12 +61,14 @@ class Registry:
     def hparams(self, name: str) -> dict[str, Any]:
         """The hyper-parameters of `name` with their defaults."""
         fn = self._lookup(name)
-        target = fn.__init__ if inspect.isclass(fn) else fn
-        return {
-            p.name: p.default
-            for p in inspect.signature(target).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        }
+        if name not in self._hparams:  # inspected once: adapters call get() per micro-batch
+            target = fn.__init__ if inspect.isclass(fn) else fn
+            self._hparams[name] = {
+                p.name: p.default
+                for p in inspect.signature(target).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY
+            }
+        return dict(self._hparams[name])
 
     def meta(self, name: str) -> dict[str, Any]:
         self._lookup(name)

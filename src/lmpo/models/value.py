@@ -14,6 +14,8 @@ import copy
 import torch
 from torch import nn
 
+from lmpo.masked import position_ids
+
 
 class ValueModel(nn.Module):
     """V(s_t) for every position: `values(input_ids, attention_mask) -> [B, T]`."""
@@ -33,9 +35,8 @@ class ValueModel(nn.Module):
         return cls(trunk, policy.config.hidden_size)
 
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask,
-                            position_ids=position_ids).last_hidden_state
+                            position_ids=position_ids(attention_mask)).last_hidden_state
         return self.head(hidden).squeeze(-1)
 
     forward = values

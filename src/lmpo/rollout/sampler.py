@@ -13,6 +13,7 @@ import inspect
 
 import torch
 
+from lmpo.masked import position_ids
 from lmpo.rollout import fast_llama
 from lmpo.rollout.types import Rollout
 
@@ -28,10 +29,6 @@ def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor,
         ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, width - len(p):] = 1
     return ids, mask
-
-
-def positions(mask: torch.Tensor) -> torch.Tensor:
-    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 @functools.cache
@@ -82,17 +79,17 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     decoder, cache = None, None
     if fast and fast_llama.supports(model):
         decoder = fast_llama.FastLlamaDecoder(model, mask, ids.shape[1] + max_new_tokens)
-        logits = decoder.prefill(ids, positions(mask))
+        logits = decoder.prefill(ids, position_ids(mask))
     else:
         out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
-                                    position_ids=positions(mask), logits_to_keep=1)
+                                    position_ids=position_ids(mask), logits_to_keep=1)
         logits = out.logits[:, -1]
     values = value_fn.prefill(ids, mask) if value_fn is not None else None
     if stopper is not None:
         stopper.begin_batch(b)
     rows = torch.arange(b)  # original row of each row in the current batch
     alive = torch.ones(b, dtype=torch.bool)
-    next_pos = positions(mask)[:, -1] + 1
+    next_pos = position_ids(mask)[:, -1] + 1
     generated = 0
 
     for t in range(max_new_tokens):
@@ -141,7 +138,8 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
                 value_fn.select(keep)
             rows, alive = rows[keep.cpu()], alive[keep.cpu()]
             token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
-        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+        if decoder is None or value_fn is not None:  # the fast decoder keeps its own mask
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
         if decoder is not None:
             logits = decoder.step(token, next_pos)
         else:

@@ -26,6 +26,11 @@ class Rollout:
     def batch_size(self) -> int:
         return self.response_ids.shape[0]
 
+    def texts(self, tokenizer) -> list[str]:
+        """Each row's response decoded, special tokens (EOS) dropped."""
+        return [tokenizer.decode(self.response_ids[i, :int(n)], skip_special_tokens=True)
+                for i, n in enumerate(self.lengths)]
+
     def full_sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids [B, P+T], attention_mask [B, P+T]) for a teacher-forced pass."""
         ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lmpo.rollout.sampler import cached_forward, positions
+from lmpo.masked import position_ids
+from lmpo.rollout.sampler import cached_forward
 
 
 class IncrementalValues:
@@ -24,7 +25,7 @@ class IncrementalValues:
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         self.cache = None
-        return self._run(input_ids=ids, attention_mask=mask, position_ids=positions(mask))
+        return self._run(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
 
     def step(self, token: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return self._run(input_ids=token, attention_mask=mask, position_ids=pos)

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from lmpo.logprobs import logprobs_and_entropy
+from lmpo.masked import position_ids
 from lmpo.rollout import Rollout, sample
-from lmpo.rollout.sampler import positions
 
 
 class ScorerError(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def sampling_mode(model):
+    """Sample in eval mode (no dropout), then restore the model's previous mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def score_checked(task, problem, completion: str, where: str) -> float:
+    """task.score, with any exception re-raised naming `where`, the prompt and completion."""
+    try:
+        return float(task.score(problem, completion))
+    except Exception as exc:
+        raise ScorerError(f"task scorer raised {type(exc).__name__}: {exc} on {where} "
+                          f"(prompt {problem.prompt!r}, completion {completion!r})") from exc
 
 
 def score_rollout(task, problems, tokenizer, rollout: Rollout, *, r_fail: float,
@@ -19,20 +41,16 @@ def score_rollout(task, problems, tokenizer, rollout: Rollout, *, r_fail: float,
 
     Returns (scores [B], completion texts, number of scorer errors scored as 0).
     """
-    scores, texts, errors = [], [], 0
-    for i, problem in enumerate(problems):
-        n = int(rollout.lengths[i])
-        text = tokenizer.decode(rollout.response_ids[i, :n], skip_special_tokens=True)
-        texts.append(text)
+    scores, texts, errors = [], rollout.texts(tokenizer), 0
+    for i, (problem, text) in enumerate(zip(problems, texts, strict=True)):
         if rollout.stop_reason[i] == "early_stop":
             scores.append(r_fail)
             continue
         try:
-            scores.append(float(task.score(problem, text)))
-        except Exception as exc:
+            scores.append(score_checked(task, problem, text, f"sample {i}"))
+        except ScorerError:
             if on_error != "zero":
-                raise ScorerError(f"task scorer raised {type(exc).__name__}: {exc} on sample {i} "
-                                  f"(prompt {problem.prompt!r}, completion {text!r})") from exc
+                raise
             scores.append(0.0)
             errors += 1
     return torch.tensor(scores, dtype=torch.float32), texts, errors
@@ -45,7 +63,7 @@ def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids:
     ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
     """
     t = response_ids.shape[1]
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                    logits_to_keep=t + 1).logits[:, :t]
     if temperature != 1.0:
         logits = logits / temperature
@@ -88,12 +106,10 @@ def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_n
                   generator=torch.Generator().manual_seed(seed))
     correct, lengths = [], []
     for j, i in enumerate(stopped):
-        n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), room[j])
-        if room[j] <= 0:
-            extra = 0
+        n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), max(room[j], 0))
         ids = rollout.response_ids[i, :n].tolist() + rest.response_ids[j, :extra].tolist()
         text = tokenizer.decode(ids, skip_special_tokens=True)
-        correct.append(float(task.score(problems[i], text) == 1.0))
+        correct.append(float(score_checked(task, problems[i], text, f"sample {i}") == 1.0))
         lengths.append(n + extra)
     return {"espo/false_positive_rate": sum(correct) / len(correct),
             "espo/would_be_length_mean": sum(lengths) / len(lengths)}

@@ -8,6 +8,7 @@ import torch
 
 from lmpo.rollout import sample
 from lmpo.tasks.base import Problem
+from lmpo.trainer.batch import sampling_mode, score_checked
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out problems never share the training stream's seed
 
@@ -21,18 +22,14 @@ def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
              batch_size: int = 256, temperature: float = 0.0, generator=None) -> list[str]:
     """Completion texts (EOS stripped) for `problems`, in order."""
     texts = []
-    was_training = model.training
-    model.eval()
-    for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
-        r = sample(model, [tokenizer.encode(p.prompt) for p in chunk],
-                   max_new_tokens=max_new_tokens, temperature=temperature,
-                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                   generator=generator)
-        for i in range(len(chunk)):
-            n = int(r.lengths[i])
-            texts.append(tokenizer.decode(r.response_ids[i, :n], skip_special_tokens=True))
-    model.train(was_training)
+    with sampling_mode(model):
+        for start in range(0, len(problems), batch_size):
+            chunk = problems[start:start + batch_size]
+            texts += sample(model, [tokenizer.encode(p.prompt) for p in chunk],
+                            max_new_tokens=max_new_tokens, temperature=temperature,
+                            eos_token_id=tokenizer.eos_token_id,
+                            pad_token_id=tokenizer.pad_token_id,
+                            generator=generator).texts(tokenizer)
     return texts
 
 
@@ -44,11 +41,8 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
                      batch_size=batch_size)
     hits: dict[str, list[float]] = {}
     for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
-        try:
-            hits.setdefault(p.cluster, []).append(task.score(p, text))
-        except Exception as exc:
-            raise RuntimeError(f"task scorer raised {type(exc).__name__}: {exc} on held-out "
-                               f"problem {i} (prompt {p.prompt!r}, completion {text!r})") from exc
+        hits.setdefault(p.cluster, []).append(
+            score_checked(task, p, text, f"held-out problem {i}"))
     per_tier = {tier: sum(v) / len(v) for tier, v in hits.items()}
     total = [x for v in hits.values() for x in v]
     return {"per_tier": per_tier, "mean": sum(total) / len(total), "n": len(total)}

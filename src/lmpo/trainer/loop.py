@@ -30,6 +30,7 @@ from lmpo.trainer.batch import (
     explained_variance,
     finish_stopped,
     forward_logprobs,
+    sampling_mode,
     score_rollout,
 )
 from lmpo.trainer.checkpoint import (
@@ -208,13 +209,12 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     problems = [p for p in s["sampler"].next_batch() for _ in range(group)]
     group_ids = torch.arange(len(problems)) // group
     value_fn = IncrementalValues(critic) if espo is not None and espo.needs_values else None
-    policy.eval()
-    rollout = sample(policy, [tok.encode(p.prompt) for p in problems],
-                     max_new_tokens=cfg.rollout.max_new_tokens,
-                     temperature=cfg.rollout.temperature, eos_token_id=tok.eos_token_id,
-                     pad_token_id=tok.pad_token_id, generator=s["sample_gen"],
-                     value_fn=value_fn, stopper=espo)
-    policy.train()
+    with sampling_mode(policy):
+        rollout = sample(policy, [tok.encode(p.prompt) for p in problems],
+                         max_new_tokens=cfg.rollout.max_new_tokens,
+                         temperature=cfg.rollout.temperature, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, generator=s["sample_gen"],
+                         value_fn=value_fn, stopper=espo)
     t_rollout = time.perf_counter()
     # ================================================================ scoring
     r_fail = espo.r_fail if espo is not None else 0.0
@@ -223,12 +223,11 @@ def train_step(step: int, cfg: TrainConfig, s: dict) -> dict:
     t_score = time.perf_counter()
     espo_diag: dict[str, float] = {}
     if espo is not None and cfg.espo.measure_false_positives:  # with the rollout policy
-        policy.eval()
-        espo_diag = finish_stopped(policy, tok, s["task"], problems, rollout,
-                                   max_new_tokens=cfg.rollout.max_new_tokens,
-                                   temperature=cfg.rollout.temperature,
-                                   seed=cfg.seed * 1_000_003 + step)
-        policy.train()
+        with sampling_mode(policy):
+            espo_diag = finish_stopped(policy, tok, s["task"], problems, rollout,
+                                       max_new_tokens=cfg.rollout.max_new_tokens,
+                                       temperature=cfg.rollout.temperature,
+                                       seed=cfg.seed * 1_000_003 + step)
     t_diag = time.perf_counter()
     # ================================================================ advantages
     ids, mask = rollout.full_sequences()
