@@ -58,26 +58,42 @@ def batch_std(x: torch.Tensor) -> torch.Tensor:
     return x.std(unbiased=True) if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
 
 
-def summary(adv: torch.Tensor, groups: Groups) -> dict[str, float]:
+def summary(adv: torch.Tensor, groups: Groups,
+            clusters: list[str] | None = None) -> dict[str, float]:
+    """Advantage statistics; `adv/zero_frac` (share of samples with A == 0) also per
+    cluster as `adv/zero_frac/<cluster>` when `clusters` (one name per sample) is given."""
     a = adv.to(torch.float64)
-    return {
+    zero = (a == 0).to(torch.float64)
+    out = {
         "adv/mean": float(a.mean()) if a.numel() else 0.0,
         "adv/std": float(batch_std(a)),
         "adv/abs_max": float(a.abs().max()) if a.numel() else 0.0,
-        "adv/zero_frac": float((a == 0).to(torch.float64).mean()) if a.numel() else 0.0,
+        "adv/zero_frac": float(zero.mean()) if a.numel() else 0.0,
         "adv/zero_std_frac": groups.zero_std_frac,
     }
+    if clusters is not None:
+        if len(clusters) != len(a):
+            raise ValueError(f"clusters has {len(clusters)} entries for {len(a)} scores")
+        for c in dict.fromkeys(clusters):
+            sel = torch.tensor([x == c for x in clusters])
+            out[f"adv/zero_frac/{c}"] = float(zero[sel].mean())
+    return out
 
 
 class Estimator:
-    """A stateless estimator: `est(scores [B], group_ids [B]) -> (adv [B], metrics)`."""
+    """A stateless estimator:
+    `est(scores [B], group_ids [B], *, clusters=None) -> (adv [B], metrics)`.
 
-    def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor):
+    `clusters` (one name per sample) only adds per-cluster metrics here; estimators
+    registered with `wants_clusters=True` (EBPO) may also use it."""
+
+    def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor, *,
+                 clusters: list[str] | None = None):
         check_scores(scores, group_ids)
         groups = group_stats(scores, group_ids)
         adv = self.compute(groups)
         return adv.to(scores.dtype if scores.is_floating_point() else torch.float32), summary(
-            adv, groups
+            adv, groups, clusters
         )
 
     def compute(self, groups: Groups) -> torch.Tensor:  # pragma: no cover - abstract
