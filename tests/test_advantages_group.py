@@ -10,10 +10,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmpo.advantages import get_advantage, list_advantages, nonzero_variance_groups
+from lmpo.advantages import (
+    get_advantage,
+    group_estimators,
+    list_advantages,
+    nonzero_variance_groups,
+)
 
 D = torch.float64
-REFERENCE_TESTED = {"grpo", "dr_grpo", "rloo", "ebpo"}  # ebpo: tests/test_advantages_ebpo.py
+REFERENCE_TESTED = {"grpo", "dr_grpo", "rloo", "ebpo", "gae"}  # ebpo, gae: own files
 
 
 def test_every_registered_estimator_has_a_reference_test():
@@ -103,7 +108,11 @@ def layouts(draw):
     return torch.tensor(scores, dtype=D), torch.tensor(gid)
 
 
-@given(data=layouts(), name=st.sampled_from(sorted(REFERENCE_TESTED)))
+def test_group_estimators_are_every_critic_free_entry():
+    assert set(group_estimators()) == set(list_advantages()) - {"gae"}
+
+
+@given(data=layouts(), name=st.sampled_from(sorted(group_estimators())))
 def test_random_layouts_and_constant_scores_are_nan_free(data, name):
     scores, gid = data
     adv, metrics = get_advantage(name)(scores, gid)
@@ -114,7 +123,7 @@ def test_random_layouts_and_constant_scores_are_nan_free(data, name):
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
-@pytest.mark.parametrize("name", sorted(REFERENCE_TESTED))
+@pytest.mark.parametrize("name", sorted(group_estimators()))
 def test_non_finite_scores_name_the_indices(bad, name):
     scores = torch.tensor([0.0, 1.0, bad, 1.0, bad])
     with pytest.raises(ValueError, match=r"indices 2 \(.*\), 4 \("):

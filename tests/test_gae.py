@@ -56,3 +56,23 @@ def test_terminal_reward_only_hand_computed():
 def test_shape_error():
     with pytest.raises(ValueError, match=r"\(2, 3\), \(2, 4\)"):
         gae(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
+
+
+def test_registered_gae_estimator_is_gae_then_whitening():
+    from lmpo.advantages import advantage_meta, get_advantage
+    from lmpo.masked import masked_whiten
+
+    g = torch.Generator().manual_seed(3)
+    rewards, values = torch.randn(4, 6, generator=g, dtype=D), torch.randn(4, 6, generator=g,
+                                                                           dtype=D)
+    mask = torch.ones(4, 6, dtype=D)
+    mask[1, 3:] = 0
+    assert advantage_meta("gae")["needs_critic"] and not advantage_meta("grpo")["needs_critic"]
+    adv, ret, metrics = get_advantage("gae", gamma=0.9, lam=0.8)(rewards, values, mask)
+    raw, want_ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    torch.testing.assert_close(adv, masked_whiten(raw, mask), rtol=1e-12, atol=0)
+    torch.testing.assert_close(ret, want_ret, rtol=0, atol=0)
+    adv, _, _ = get_advantage("gae", whiten=False)(rewards, values, mask)
+    torch.testing.assert_close(adv, gae(rewards, values, mask)[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="gamma and lam in"):
+        get_advantage("gae", lam=1.5)

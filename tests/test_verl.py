@@ -10,7 +10,7 @@ verl = pytest.importorskip("verl", reason="verl not installed: run `make test-ve
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.workers.config.actor import ActorConfig  # noqa: E402
 
-from lmpo.advantages import get_advantage, list_advantages  # noqa: E402
+from lmpo.advantages import get_advantage, group_estimators  # noqa: E402
 from lmpo.integrations import verl as lmpo_verl  # noqa: E402
 from lmpo.losses import AGG_MODES, aggregate, get_loss, list_losses  # noqa: E402
 
@@ -137,7 +137,7 @@ def test_lmpo_ebpo_through_verls_registry_equals_lmpo():
         want, _ = ours(scores, torch.arange(12) // 4)
         torch.testing.assert_close(adv, want[:, None].expand(12, 5), rtol=1e-12, atol=1e-14)
     assert set(lmpo_verl.estimator_state()) == {"ebpo"}
-    assert {f"lmpo_{n}" for n in list_advantages()} <= set(core_algos.ADV_ESTIMATOR_REGISTRY)
+    assert {f"lmpo_{n}" for n in group_estimators()} <= set(core_algos.ADV_ESTIMATOR_REGISTRY)
 
 
 def test_entry_point_registers_on_plain_import_verl():
@@ -148,9 +148,9 @@ def test_entry_point_registers_on_plain_import_verl():
     code = ("import verl\n"
             "from verl.trainer.ppo.core_algos import get_policy_loss_fn, get_adv_estimator_fn\n"
             "from lmpo.losses import list_losses\n"
-            "from lmpo.advantages import list_advantages\n"
+            "from lmpo.advantages import group_estimators\n"
             "[get_policy_loss_fn('lmpo_' + n) for n in list_losses()]\n"
-            "[get_adv_estimator_fn('lmpo_' + n) for n in list_advantages()]\n"
+            "[get_adv_estimator_fn('lmpo_' + n) for n in group_estimators()]\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]

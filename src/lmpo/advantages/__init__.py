@@ -1,7 +1,10 @@
-"""Advantage estimators: one registry for the group family, plus GAE.
+"""Advantage estimators: one registry for the group family and GAE.
 
-    est = get_advantage("ebpo")             # a fresh stateful instance
-    adv, metrics = est(scores, group_ids)   # [B] -> [B], dict
+    est = get_advantage("ebpo")                              # a fresh stateful instance
+    adv, metrics = est(scores, group_ids, clusters=tiers)    # [B] -> [B], dict
+
+`gae` (registry metadata `needs_critic=True`) takes token rewards and critic values
+instead: `adv, returns, metrics = get_advantage("gae")(rewards, values, mask)`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import torch
 from lmpo.advantages import ebpo, group  # noqa: F401  (registers)
 from lmpo.advantages.base import ADVANTAGES, Estimator, check_scores, group_stats
 from lmpo.advantages.ebpo import EBPO, Welford
-from lmpo.advantages.gae import gae
+from lmpo.advantages.gae import GAE, gae
 
 
 def get_advantage(name: str, **hparams) -> Estimator:
@@ -25,6 +28,18 @@ def list_advantages() -> list[str]:
 
 def advantage_hparams(name: str) -> dict:
     return ADVANTAGES.hparams(name)
+
+
+def advantage_meta(name: str) -> dict:
+    """Registry metadata: `needs_critic` (the actor-critic family: GAE) and
+    `wants_clusters` (the estimator uses the samples' clusters, e.g. EBPO's per-cluster
+    prior). The trainer asks these, never the name."""
+    return {"needs_critic": False, "wants_clusters": False} | ADVANTAGES.meta(name)
+
+
+def group_estimators() -> list[str]:
+    """The critic-free estimators: `est(scores [B], group_ids [B]) -> (adv [B], metrics)`."""
+    return [n for n in list_advantages() if not advantage_meta(n)["needs_critic"]]
 
 
 def nonzero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor):
@@ -42,6 +57,6 @@ def nonzero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor):
 
 
 __all__ = [
-    "EBPO", "Estimator", "Welford", "advantage_hparams", "gae", "get_advantage",
-    "list_advantages", "nonzero_variance_groups",
+    "EBPO", "GAE", "Estimator", "Welford", "advantage_hparams", "advantage_meta", "gae",
+    "get_advantage", "group_estimators", "list_advantages", "nonzero_variance_groups",
 ]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from lmpo.advantages.base import ADVANTAGES
+from lmpo.masked import masked_mean, masked_whiten
+
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0,
         lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,3 +37,32 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
         next_value = values[:, t] * valid + (1 - valid) * next_value
         next_adv = a_t * valid + (1 - valid) * next_adv
     return adv, (adv + values) * m
+
+
+@ADVANTAGES.register("gae", needs_critic=True)
+class GAE:
+    """The actor-critic family's estimator (registry entry `gae`, `needs_critic=True`):
+
+        adv, returns, metrics = GAE(gamma=1.0, lam=0.95)(rewards, values, mask)
+
+    Token rewards and the critic's values `[B, T]` in, GAE advantages (whitened over
+    the batch's valid tokens when `whiten`) and returns out. Stateless."""
+
+    def __init__(self, *, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
+        if not 0 <= gamma <= 1 or not 0 <= lam <= 1:
+            raise ValueError(f"gae needs gamma and lam in [0, 1], got {gamma}, {lam}")
+        self.gamma, self.lam, self.whiten = gamma, lam, whiten
+
+    def __call__(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
+        adv, returns = gae(rewards, values, mask, gamma=self.gamma, lam=self.lam)
+        if self.whiten:
+            adv = masked_whiten(adv, mask)
+        return adv, returns, {"adv/mean": float(masked_mean(adv, mask)),
+                              "adv/abs_max": float((adv * mask).abs().max())}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"GAE is stateless; got state keys {sorted(state)}")

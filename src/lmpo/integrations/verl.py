@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmpo.advantages import get_advantage, list_advantages
+from lmpo.advantages import get_advantage, group_estimators
 from lmpo.losses import get_loss, list_losses, loss_hparams
 
 PREFIX = "lmpo_"
@@ -118,7 +118,7 @@ def register() -> None:
         key = PREFIX + name
         if key not in core_algos.POLICY_LOSS_REGISTRY:
             core_algos.register_policy_loss(key)(make_policy_loss(name))
-    for name in list_advantages():
+    for name in group_estimators():  # verl brings its own GAE
         key = PREFIX + name
         if key not in core_algos.ADV_ESTIMATOR_REGISTRY:
             core_algos.register_adv_est(key)(make_adv_estimator(name))
