@@ -6,8 +6,10 @@
 """
 
 from lmpo.losses import divergence, gppo, output_reset, ppo  # noqa: F401  (registers)
+from lmpo.losses.base import OR_MARGIN, displacement_metrics
 from lmpo.losses.kl import KL_KINDS, kl_penalty
 from lmpo.losses.registry import LOSSES
+from lmpo.losses.value import value_loss
 from lmpo.masked import AGG_MODES, aggregate
 
 
@@ -31,6 +33,7 @@ def default_aggregation(name: str) -> str:
 
 
 __all__ = [
-    "AGG_MODES", "KL_KINDS", "aggregate", "default_aggregation", "get_loss", "kl_penalty",
-    "list_losses", "loss_hparams",
+    "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "default_aggregation",
+    "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams",
+    "value_loss",
 ]

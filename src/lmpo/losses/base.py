@@ -16,6 +16,7 @@ import torch
 from lmpo.masked import masked_mean
 
 RHO_CLAMP = 20.0  # |log-ratio| clamp before exp, as verl
+OR_MARGIN = 0.2  # Output Reset's default margin: where every ratio loss reports or/* diagnostics
 
 
 @dataclass
@@ -68,17 +69,42 @@ def prepare(logp, old_logp, adv, mask) -> LossInputs:
     return LossInputs(logp, old_logp, adv, valid, rho, torch.exp(rho))
 
 
-def ratio_metrics(x: LossInputs) -> dict[str, float]:
-    """Metrics every ratio loss reports.
+def displacement_metrics(rho: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                         alpha: float = OR_MARGIN) -> dict[str, float]:
+    """Where an update has moved the sampled tokens, comparable across every ratio loss.
 
-    displacement: mean |rho| over valid tokens (rollout-to-current displacement).
+    displacement: mean |rho| over valid tokens; displacement_seq: the sum of |rho| over a
+    sequence, averaged over sequences with a valid token; or/residual: mean of Output
+    Reset's max(0, alpha - sign(A) rho)^2 over valid tokens with A != 0; or/overshoot_frac:
+    the share of those tokens with sign(A) rho >= alpha (moved past the margin).
+    rho, adv, mask: [B, T] (adv may be [B]); all values 0 on an empty mask.
+    """
+    rho = rho.detach().to(torch.float64)
+    valid = mask.bool()
+    adv = adv.detach().to(torch.float64)
+    adv = adv[:, None].expand_as(rho) if adv.dim() == 1 else adv
+    rho = torch.where(valid, rho, torch.zeros_like(rho))
+    seq_sum = rho.abs().sum(-1)
+    has_tok = valid.any(-1)
+    active = valid & (adv != 0)
+    margin = torch.sign(adv) * rho
+    return {
+        "displacement": float(masked_mean(rho.abs(), valid)),
+        "displacement_seq": float(seq_sum[has_tok].mean()) if bool(has_tok.any()) else 0.0,
+        "or/residual": float(masked_mean(torch.relu(alpha - margin).square(), active)),
+        "or/overshoot_frac": float(masked_mean((margin >= alpha).to(rho.dtype), active)),
+    }
+
+
+def ratio_metrics(x: LossInputs) -> dict[str, float]:
+    """Metrics every ratio loss reports: `displacement_metrics` at OR's default margin, and
+
     approx_kl: k3 estimate of KL(behaviour || current) = mean(r - 1 - rho).
     """
     rho = x.rho.detach()
     ratio = x.ratio.detach()
     any_valid = bool(x.mask.any())
-    return {
-        "displacement": x.mean(rho.abs()),
+    return displacement_metrics(rho, x.adv, x.mask) | {
         "approx_kl": x.mean(ratio - 1 - rho),
         "ratio_mean": x.mean(ratio),
         "ratio_max": float(ratio[x.mask].max()) if any_valid else 0.0,

@@ -31,7 +31,7 @@ def output_reset(logp, old_logp, adv, mask, *, alpha=0.2, weight="sign"):
     loss = torch.where(active, residual.square(), torch.zeros_like(residual))
     if weight == "abs":
         loss = loss * x.adv.abs()
-    metrics = ratio_metrics(x) | {
+    metrics = ratio_metrics(x) | {  # or/* at this loss's own margin (and weight)
         "or/residual": x.mean(loss.detach(), active),
         "or/overshoot_frac": x.mean((margin >= alpha).to(loss.dtype), active),
         "or/active_frac": x.mean(active.to(loss.dtype)),
