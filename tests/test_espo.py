@@ -1,15 +1,17 @@
-"""ESPO: causality of stop decisions, batch-frozen statistics, the no-op cases,
-the random ablation's stop rate, warm-up and state round trips."""
+"""ESPO: causality of stop decisions, batch-frozen statistics, the no-op cases, the
+fixed (or opt-in adaptive) beta, the relative warm-up, variant F's token savings and
+state round trips."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from lmpo.models import ValueModel, build_policy, build_tokenizer
-from lmpo.rollout import ESPO, IncrementalValues, sample
+from lmpo.rollout import ESPO, IncrementalValues, RandomStop, build_controller, sample
 
 
 def primed(**kw) -> ESPO:
@@ -100,27 +102,82 @@ def test_active_espo_stops_rows_in_flight(policy_and_tok):
     assert stopper.last_stop_rate == pytest.approx(len(stopped) / len(r.stop_reason))
 
 
-def test_random_mode_hits_its_target_rate():
-    """Fixed natural length 20, 40 batches of 500 rows: realised rate 0.25 +- 0.02."""
-    e = ESPO(mode="random", warmup=False, target_rate=0.25, seed=0)
-    e.natural_length = 20.0
-    stopped = total = 0
-    for _ in range(40):
-        e.begin_batch(500)
-        alive = torch.arange(500)
-        lengths = torch.full((500,), 20)
-        for t in range(20):
-            stop = e.step(alive, torch.zeros(len(alive)), None, t)
+def simulate(stopper, steps, rows=200, natural=20):
+    """Batches of `rows` sequences of natural length `natural`; returns per-step rows."""
+    out = []
+    for step in range(1, steps + 1):
+        stopper.begin_batch(rows)
+        alive = torch.arange(rows)
+        lengths = torch.full((rows,), natural)
+        for t in range(natural):
+            stop = stopper.step(alive, torch.zeros(len(alive)), None, t)
             lengths[alive[stop]] = t + 1
             alive = alive[~stop]
-        e.end_batch(torch.zeros(500, 20), lengths)
-        stopped += 500 - len(alive)
-        total += 500
-    assert abs(stopped / total - 0.25) < 0.02
+        stopper.end_batch(torch.zeros(rows, natural), lengths)
+        row = {"tokens/generated": float(lengths.sum()),
+               "espo/would_be_extra_tokens": float((natural - lengths).sum())}
+        stopper.observe(row, step)
+        out.append(row)
+    return out
 
 
-def test_beta_moves_toward_the_target_rate():
-    e = primed(beta=1.0, beta_lr=0.5)
+def test_variant_f_matches_a_savings_fraction():
+    """Random stopping at 25% token savings: the measured cumulative savings (the tokens
+    the stopped copies would still have generated) end within 0.01 of the target."""
+    stopper = RandomStop(savings=0.25, seed=0)
+    simulate(stopper, 80)
+    assert stopper.savings == pytest.approx(0.25, abs=0.01)
+    assert stopper.metrics()["espo/savings_cum"] == stopper.savings
+
+
+def test_variant_f_tracks_a_reference_runs_token_curve(tmp_path):
+    """The reference ESPO run generated 3,000 tokens per step (vs 4,000 unstopped): the
+    random arm's cumulative tokens track that curve, and past its end its last rate."""
+    ref = tmp_path / "espo_run"
+    ref.mkdir()
+    (ref / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": k, "tokens/cumulative": 3000.0 * k}) + "\n" for k in range(1, 61)))
+    stopper = RandomStop(reference=str(ref), seed=1)
+    rows = simulate(stopper, 80)
+    cum = sum(r["tokens/generated"] for r in rows)
+    assert cum == pytest.approx(3000.0 * 80, rel=0.03)
+    assert stopper.target_tokens(80) == 3000.0 * 80
+
+
+def test_variant_f_stops_at_random_whatever_the_sequence():
+    a, b = RandomStop(savings=0.3, hazard=0.2, seed=5), RandomStop(savings=0.3, hazard=0.2, seed=5)
+    for e in (a, b):
+        e.begin_batch(50)
+    rows = torch.arange(50)
+    da = a.step(rows, torch.zeros(50), None, 3)
+    db = b.step(rows, torch.full((50,), 99.0), torch.full((50,), -1.0), 3)
+    assert torch.equal(da, db) and 0 < int(da.sum()) < 50
+
+
+def test_variant_f_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="exactly one target"):
+        RandomStop()
+    with pytest.raises(ValueError, match="exactly one target"):
+        RandomStop(savings=0.2, reference=str(tmp_path))
+    bad = tmp_path / "metrics.jsonl"
+    bad.write_text('{"step": 1, "tokens/cumulative": 10}\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:2: not a metrics row"):
+        RandomStop(reference=str(bad))
+    section = {"enabled": True, "mode": "random", "savings": 0.2, "beta": 3.0}
+    assert isinstance(build_controller(section, total_steps=10, seed=0), RandomStop)
+    assert build_controller({"enabled": False}, total_steps=10, seed=0) is None
+
+
+def test_beta_is_fixed_unless_adaptive_is_asked_for():
+    fixed = primed(beta=1.5)
+    fixed.begin_batch(4)
+    fixed._stopped[:] = True
+    fixed.end_batch(torch.ones(4, 3), torch.full((4,), 3))
+    assert fixed.beta == 1.5 and fixed.last_stop_rate == 1.0
+
+
+def test_adaptive_beta_moves_toward_the_target_rate():
+    e = primed(beta=1.0, beta_lr=0.5, adapt_beta=True)
     assert e.beta == pytest.approx(1.0 + 0.5 * (0.0 - 0.25))  # nothing stopped: beta down
     e.begin_batch(4)
     e._stopped[:] = True  # everything stopped: rate 1 > 0.25 -> beta up
@@ -128,40 +185,56 @@ def test_beta_moves_toward_the_target_rate():
     assert e.beta == pytest.approx(0.875 + 0.5 * 0.75)
 
 
-def test_warmup_gate_and_force_on():
-    e = ESPO(total_steps=100)
-    for step, loss in enumerate([3.0, 2.0, 0.4, 0.3], start=1):
-        e.observe_value_loss(loss, step)
-    assert not e.warmed  # only two calm steps so far
-    e.observe_value_loss(0.2, 5)
-    assert e.warmed
+@pytest.mark.parametrize("scale", [1.0, 1000.0, 1e-3])
+def test_warmup_is_relative_so_it_means_the_same_at_any_scale(scale):
+    """Baseline = the first value loss (1.0 x scale). A step is calm when the loss is
+    <= 50% of it and moved <= 20% from the step before; 3 calm steps in a row switch
+    stopping on. The same trace at any scale switches on at the same step."""
+    e = ESPO(total_steps=1000)
+    trace = [1.0, 0.9, 0.8, 0.44, 0.42, 0.40, 0.60, 0.41, 0.40, 0.39, 0.38]
+    on = None
+    for step, loss in enumerate(trace, start=1):
+        e.observe({"value/loss": loss * scale}, step)
+        if e.warmed and on is None:
+            on = step
+    # 0.44: below 0.45 but a 45% drop; 0.42, 0.40 calm; 0.60 breaks it; 0.41 (a 32% move)
+    # no; 0.40, 0.39, 0.38 calm -> on at step 11
+    assert on == 11 and e.warmed_at == 11 and e.metrics()["espo/warmed_at"] == 11
+
+
+def test_warmup_is_forced_on_after_a_tenth_of_the_run():
     f = ESPO(total_steps=100)
     for step in range(1, 10):
-        f.observe_value_loss(10.0 * step, step)
-    assert not f.warmed
-    f.observe_value_loss(999.0, 10)  # 10% of total steps
-    assert f.warmed
+        f.observe({"value/loss": 10.0 * step}, step)
+    assert not f.warmed and f.metrics()["espo/warmed_at"] == -1
+    f.observe({"value/loss": 999.0}, 10)
+    assert f.warmed and f.warmed_at == 10
 
 
 def test_state_round_trip():
-    e = primed(mode="random")
-    e.observe_value_loss(0.1, 1)
+    e = ESPO(total_steps=100)
+    for step, loss in enumerate([0.5, 0.4, 0.3, 0.1], start=1):
+        e.observe({"value/loss": loss, "tokens/generated": 40.0,
+                   "espo/would_be_extra_tokens": 3.0}, step)
     f = ESPO()
     f.load_state_dict(e.state_dict())
-    assert f.state_dict().keys() == e.state_dict().keys()
-    for k in ESPO._STATE:
-        assert getattr(f, k) == getattr(e, k)
-    assert torch.equal(torch.rand(3, generator=f.gen), torch.rand(3, generator=e.gen))
+    assert f.state_dict() == e.state_dict()
+    r = RandomStop(savings=0.2, seed=3)
+    simulate(r, 3)
+    q = RandomStop(savings=0.2, seed=9)
+    q.load_state_dict(r.state_dict())
+    assert q.hazard == r.hazard and q.savings == r.savings
+    assert torch.equal(torch.rand(3, generator=q.gen), torch.rand(3, generator=r.gen))
 
 
 def test_modes_and_value_requirement():
-    with pytest.raises(ValueError, match="valid modes: full, regret_only"):
+    with pytest.raises(ValueError, match="valid modes: full, regret_only, value_only"):
         ESPO(mode="oracle")
     e = primed(beta=0.1)
     e.begin_batch(1)
     with pytest.raises(ValueError, match="needs per-step values"):
         e.step(torch.arange(1), torch.ones(1), None, 0)
-    r = primed(mode="regret_only", beta=0.1, beta_min=0.01, adapt_beta=False)
+    r = primed(mode="regret_only", beta=0.1)
     r.begin_batch(1)
     assert r.step(torch.arange(1), torch.full((1,), 50.0), None, 0).tolist() == [True]
 
@@ -183,16 +256,18 @@ def test_false_positive_diagnostic_finishes_stopped_copies(sft_run):
     kw = {"max_new_tokens": 12, "temperature": 0.0, "eos_token_id": tok.eos_token_id,
           "pad_token_id": tok.pad_token_id}
     full = sample(policy, prompts, **kw)
-    stopper = ESPO(mode="random", warmup=False, target_rate=0.6, seed=0)
-    stopper.natural_length = 3.0
+    stopper = RandomStop(savings=0.5, hazard=0.3, seed=0)
     r = sample(policy, prompts, stopper=stopper, **kw)
     stopped = [i for i, s in enumerate(r.stop_reason) if s == "early_stop"]
     assert len(stopped) >= 5
     diag = finish_stopped(policy, tok, task, problems, r, max_new_tokens=12, temperature=0.0,
                           seed=0)
-    solved = [task.score(problems[i], tok.decode(full.response_ids[i, :int(full.lengths[i])],
-                                                 skip_special_tokens=True)) for i in stopped]
+    texts = [tok.decode(full.response_ids[i, :int(full.lengths[i])], skip_special_tokens=True)
+             for i in stopped]
+    solved = [float(task.is_correct(problems[i], t)) for i, t in zip(stopped, texts, strict=True)]
     assert diag["espo/false_positive_rate"] == pytest.approx(sum(solved) / len(solved))
     assert sum(solved) / len(solved) >= 0.9  # the tier is solved: these stops were wrong
     assert diag["espo/would_be_length_mean"] == pytest.approx(
         float(full.lengths[stopped].float().mean()))
+    assert diag["espo/would_be_extra_tokens"] == float(
+        (full.lengths[stopped] - r.lengths[stopped]).sum())

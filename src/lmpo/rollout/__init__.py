@@ -1,9 +1,16 @@
 """Rollouts: batched KV-cache sampling that records log-probs, regret and values,
-and the ESPO early-stopping controller."""
+and the rollout controllers that may stop a sequence early (ESPO, variant F)."""
 
+from lmpo.rollout.controller import (
+    CONTROLLERS,
+    RandomStop,
+    RolloutController,
+    build_controller,
+)
 from lmpo.rollout.espo import ESPO
 from lmpo.rollout.sampler import left_pad, sample
 from lmpo.rollout.types import STOP_REASONS, Rollout
 from lmpo.rollout.values import IncrementalValues
 
-__all__ = ["ESPO", "STOP_REASONS", "IncrementalValues", "Rollout", "left_pad", "sample"]
+__all__ = ["CONTROLLERS", "ESPO", "STOP_REASONS", "IncrementalValues", "RandomStop", "Rollout",
+           "RolloutController", "build_controller", "left_pad", "sample"]

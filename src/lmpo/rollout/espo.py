@@ -9,10 +9,18 @@ At each decoding step, from quantities the sampler already has:
 
 mu_g, sigma_g^2 are EMAs of the batch mean / variance of g, updated only in
 `end_batch` (frozen during a rollout, so no row's future leaks into a decision).
-beta moves toward a target stop rate after every batch. Ablations (`mode`):
-"regret_only" (V replaced by 1), "value_only" (z replaced by 1), "random"
-(stop each active row with a per-step probability set so that sequences of the
-typical natural length are stopped at the target rate).
+beta is a fixed, hand-set threshold as in the paper; `adapt_beta=True` (an lmpo
+extension, off by default) moves it toward a target stop rate after every batch.
+Ablations (`mode`): "regret_only" (V replaced by 1), "value_only" (z replaced by
+1); random stopping at the same token savings (variant F) is
+`lmpo.rollout.controller.RandomStop`.
+
+Critic warm-up (relative, so it means the same at any reward scale): stopping
+stays off until the value loss has fallen to `warmup_loss_frac` of its level
+over the first `warmup_baseline_steps` steps (default: the first step, the
+untrained critic) *and* changed by at most `warmup_rel_change` (relative) from
+one step to the next, for `warmup_patience` consecutive steps; it is forced on
+after `warmup_force_frac` of the run.
 """
 
 from __future__ import annotations
@@ -21,102 +29,111 @@ import math
 
 import torch
 
-MODES = ("full", "regret_only", "value_only", "random")
+from lmpo.rollout.controller import CONTROLLERS, StopAccounting
+
+MODES = ("full", "regret_only", "value_only")
 
 
-class ESPO:
-    def __init__(self, *, mode: str = "full", beta: float = 7.0, beta_min: float = 0.5,
-                 beta_max: float = 50.0, beta_lr: float = 0.1, adapt_beta: bool = True,
-                 target_rate: float = 0.25, alpha_s: float = 0.9, eps_v: float = 0.2,
+@CONTROLLERS.register("espo")
+class ESPO(StopAccounting):
+    def __init__(self, *, mode: str = "full", beta: float = 2.0, adapt_beta: bool = False,
+                 target_rate: float = 0.25, beta_lr: float = 0.1, beta_min: float = 0.05,
+                 beta_max: float = 50.0, alpha_s: float = 0.9, eps_v: float = 0.2,
                  clip: float = 5.0, ema_decay: float = 0.99, r_fail: float = -1.0,
-                 warmup: bool = True, warmup_value_loss: float = 0.5,
-                 warmup_value_delta: float = 0.1, warmup_patience: int = 3,
-                 warmup_force_frac: float = 0.1, total_steps: int | None = None,
-                 min_tokens: int = 1, seed: int = 0):
+                 warmup: bool = True, warmup_baseline_steps: int = 1,
+                 warmup_loss_frac: float = 0.5, warmup_rel_change: float = 0.2,
+                 warmup_patience: int = 3, warmup_force_frac: float = 0.1,
+                 total_steps: int | None = None, min_tokens: int = 1, seed: int = 0):
+        super().__init__(r_fail=r_fail, min_tokens=min_tokens)
         if mode not in MODES:
-            raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)}")
+            raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
+                             "(and 'random' for variant F)")
         if not 0 < target_rate < 1:
             raise ValueError(f"target_rate must be in (0, 1), got {target_rate}")
+        if beta <= 0:
+            raise ValueError(f"beta must be > 0, got {beta}")
+        if warmup_baseline_steps < 1 or warmup_patience < 1:
+            raise ValueError("warmup_baseline_steps and warmup_patience must be >= 1")
+        if not 0 < warmup_loss_frac <= 1 or warmup_rel_change < 0:
+            raise ValueError("warmup_loss_frac must be in (0, 1] and warmup_rel_change >= 0")
         self.mode, self.beta, self.beta_min, self.beta_max = mode, beta, beta_min, beta_max
         self.beta_lr, self.adapt_beta, self.target_rate = beta_lr, adapt_beta, target_rate
         self.alpha_s, self.eps_v, self.clip, self.ema_decay = alpha_s, eps_v, clip, ema_decay
-        self.r_fail, self.min_tokens, self.total_steps = r_fail, min_tokens, total_steps
-        self.warmup_value_loss, self.warmup_value_delta = warmup_value_loss, warmup_value_delta
-        self.warmup_patience, self.warmup_force_frac = warmup_patience, warmup_force_frac
+        self.total_steps = total_steps
+        self.warmup_baseline_steps, self.warmup_loss_frac = warmup_baseline_steps, \
+            warmup_loss_frac
+        self.warmup_rel_change, self.warmup_patience = warmup_rel_change, warmup_patience
+        self.warmup_force_frac = warmup_force_frac
         self.warmed = not warmup
+        self.warmed_at = 0 if not warmup else -1  # the step after which stopping switched on
         self.mu_g: float | None = None
         self.var_g: float | None = None
-        self.natural_length: float | None = None  # EMA of lengths of rows that were not stopped
-        self.calm_steps, self.last_value_loss, self.steps_seen = 0, None, 0
-        self.last_stop_rate = 0.0
-        self.gen = torch.Generator().manual_seed(seed)
+        self.early_losses: list[float] = []
+        self.calm_steps, self.last_value_loss = 0, None
         self._z = torch.zeros(0)
-        self._stopped = torch.zeros(0, dtype=torch.bool)
 
     # ------------------------------------------------------------ warm-up gate
-    def observe_value_loss(self, value_loss: float, step: int) -> None:
-        """Feed the critic's loss after each update (the trainer does this).
+    @property
+    def value_loss_baseline(self) -> float | None:
+        if len(self.early_losses) < self.warmup_baseline_steps:
+            return None
+        return sum(self.early_losses) / len(self.early_losses)
 
-        Stopping turns on once `warmup_patience` consecutive steps each have a
-        value loss below `warmup_value_loss` or a step-to-step change below
-        `warmup_value_delta`, or after `warmup_force_frac` of `total_steps`.
-        """
-        self.steps_seen = step
-        calm = value_loss < self.warmup_value_loss or (
-            self.last_value_loss is not None
-            and abs(value_loss - self.last_value_loss) < self.warmup_value_delta)
+    def observe(self, row: dict, step: int) -> None:
+        """After each update: the token accounting and the warm-up gate (`value/loss`)."""
+        super().observe(row, step)
+        if self.warmed:
+            return
+        loss = float(row.get("value/loss", math.inf))
+        if len(self.early_losses) < self.warmup_baseline_steps:
+            self.early_losses.append(loss)
+        base = self.value_loss_baseline
+        prev = self.last_value_loss
+        calm = (base is not None and math.isfinite(loss) and loss <= self.warmup_loss_frac * base
+                and prev is not None and abs(loss - prev) <= self.warmup_rel_change * prev)
         self.calm_steps = self.calm_steps + 1 if calm else 0
-        self.last_value_loss = value_loss
+        self.last_value_loss = loss
         forced = self.total_steps is not None and step >= self.warmup_force_frac * self.total_steps
         if self.calm_steps >= self.warmup_patience or forced:
-            self.warmed = True
+            self.warmed, self.warmed_at = True, step
 
     @property
     def active(self) -> bool:
-        if not self.warmed or math.isinf(self.beta):
-            return False
-        return self.mode == "random" or self.mu_g is not None
+        return self.warmed and not math.isinf(self.beta) and self.mu_g is not None
 
     @property
     def needs_values(self) -> bool:
         return self.mode in ("full", "value_only")
 
-    def random_rate(self) -> float:
-        length = self.natural_length or 1.0
-        return 1.0 - (1.0 - self.target_rate) ** (1.0 / max(length, 1.0))
-
     # ------------------------------------------------------------ per batch
     def begin_batch(self, batch_size: int) -> None:
+        super().begin_batch(batch_size)
         self._z = torch.zeros(batch_size)
-        self._stopped = torch.zeros(batch_size, dtype=torch.bool)
 
     def step(self, rows: torch.Tensor, regret: torch.Tensor, values: torch.Tensor | None,
              t: int) -> torch.Tensor:
         """Stop decisions [len(rows)] for the active rows at step t (0-based)."""
-        no = torch.zeros(len(rows), dtype=torch.bool)
         if not self.active or t + 1 < self.min_tokens:
-            return no
-        if self.mode == "random":
-            stop = torch.rand(len(rows), generator=self.gen) < self.random_rate()
+            return torch.zeros(len(rows), dtype=torch.bool)
+        g = ((regret.double() - self.mu_g) / math.sqrt(self.var_g + 1e-8))
+        g = g.clamp(-self.clip, self.clip)
+        z = self.alpha_s * self._z[rows].double() + (1 - self.alpha_s) * g
+        self._z[rows] = z.float()
+        if self.needs_values:
+            if values is None:
+                raise ValueError(f"ESPO mode {self.mode!r} needs per-step values "
+                                 "(pass value_fn to sample)")
+            gate = values.double().clamp(min=self.eps_v)
         else:
-            g = ((regret.double() - self.mu_g) / math.sqrt(self.var_g + 1e-8))
-            g = g.clamp(-self.clip, self.clip)
-            z = self.alpha_s * self._z[rows].double() + (1 - self.alpha_s) * g
-            self._z[rows] = z.float()
-            if self.needs_values:
-                if values is None:
-                    raise ValueError(f"ESPO mode {self.mode!r} needs per-step values "
-                                     "(pass value_fn to sample)")
-                gate = values.double().clamp(min=self.eps_v)
-            else:
-                gate = torch.ones_like(z)
-            signal = torch.ones_like(z) if self.mode == "value_only" else z
-            stop = signal > self.beta * gate
+            gate = torch.ones_like(z)
+        signal = torch.ones_like(z) if self.mode == "value_only" else z
+        stop = signal > self.beta * gate
         self._stopped[rows] |= stop
         return stop
 
     def end_batch(self, regret: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Update the regret EMAs, the natural length and beta from the finished batch."""
+        """Update the regret EMAs (and, if adaptive, beta) from the finished batch."""
+        super().end_batch(regret, lengths)
         valid = torch.arange(regret.shape[1])[None, :] < lengths[:, None]
         g = regret[valid].double()
         if g.numel():
@@ -127,30 +144,24 @@ class ESPO:
                 d = self.ema_decay
                 self.mu_g = d * self.mu_g + (1 - d) * mean
                 self.var_g = d * self.var_g + (1 - d) * var
-        natural = lengths[~self._stopped[: len(lengths)]].double()
-        if natural.numel():
-            m = float(natural.mean())
-            self.natural_length = m if self.natural_length is None else (
-                self.ema_decay * self.natural_length + (1 - self.ema_decay) * m)
-        rate = float(self._stopped.double().mean()) if len(self._stopped) else 0.0
-        self.last_stop_rate = rate
-        if self.adapt_beta and self.warmed and self.mode != "random" and not math.isinf(self.beta):
-            self.beta = min(max(self.beta + self.beta_lr * (rate - self.target_rate),
+        if self.adapt_beta and self.warmed and not math.isinf(self.beta):
+            self.beta = min(max(self.beta + self.beta_lr * (self.last_stop_rate
+                                                            - self.target_rate),
                                 self.beta_min), self.beta_max)
 
     def metrics(self) -> dict[str, float]:
-        return {"espo/stop_rate": self.last_stop_rate, "espo/beta": self.beta,
-                "espo/warmed": float(self.warmed), "espo/mu_g": self.mu_g or 0.0,
-                "espo/sigma_g": math.sqrt(self.var_g or 0.0)}
+        return super().metrics() | {
+            "espo/beta": self.beta, "espo/warmed": float(self.warmed),
+            "espo/warmed_at": float(self.warmed_at), "espo/mu_g": self.mu_g or 0.0,
+            "espo/sigma_g": math.sqrt(self.var_g or 0.0)}
 
     # ------------------------------------------------------------ checkpoint
-    _STATE = ("beta", "warmed", "mu_g", "var_g", "natural_length", "calm_steps",
-              "last_value_loss", "steps_seen", "last_stop_rate")
+    _STATE = ("beta", "warmed", "warmed_at", "mu_g", "var_g", "early_losses", "calm_steps",
+              "last_value_loss")
 
     def state_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self._STATE} | {"gen": self.gen.get_state()}
+        return self._state(self._STATE)
 
     def load_state_dict(self, state: dict) -> None:
-        for k in self._STATE:
-            setattr(self, k, state[k])
-        self.gen.set_state(state["gen"])
+        self._load(state, self._STATE)
+        self.early_losses = list(self.early_losses)

@@ -89,8 +89,10 @@ def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_n
     """ESPO diagnostics: let a copy of every early-stopped sequence run to its end.
 
     Returns the false-positive stop rate (share of stopped sequences whose finished
-    copy is correct) and the mean would-have-been length. Uses its own generator
-    (seeded per step), so the training run's random stream is untouched.
+    copy is exactly correct), the mean would-have-been length and the tokens the
+    copies generated past their stop (`espo/would_be_extra_tokens`, what stopping
+    saved). Uses its own generator (seeded per step), so the training run's random
+    stream is untouched.
     """
     stopped = [i for i, r in enumerate(rollout.stop_reason) if r == "early_stop"]
     if not stopped:
@@ -104,12 +106,14 @@ def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_n
     rest = sample(policy, prefixes, max_new_tokens=max(1, max(room)), temperature=temperature,
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                   generator=torch.Generator().manual_seed(seed))
-    correct, lengths = [], []
+    correct, lengths, saved = [], [], []
     for j, i in enumerate(stopped):
         n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), max(room[j], 0))
         ids = rollout.response_ids[i, :n].tolist() + rest.response_ids[j, :extra].tolist()
         text = tokenizer.decode(ids, skip_special_tokens=True)
-        correct.append(float(score_checked(task, problems[i], text, f"sample {i}") == 1.0))
+        correct.append(float(task.is_correct(problems[i], text)))
         lengths.append(n + extra)
+        saved.append(extra)
     return {"espo/false_positive_rate": sum(correct) / len(correct),
-            "espo/would_be_length_mean": sum(lengths) / len(lengths)}
+            "espo/would_be_length_mean": sum(lengths) / len(lengths),
+            "espo/would_be_extra_tokens": float(sum(saved))}
