@@ -120,3 +120,67 @@ def test_clustered_batches_come_from_one_cluster_and_easy_to_hard_is_ordered():
 def test_sampler_errors():
     with pytest.raises(ValueError, match="did you mean 'clustered'"):
         Sampler(pool(), 4, kind="clusterd")
+
+
+# ---------------------------------------------------------------- exact accuracy
+@pytest.mark.parametrize("completion,score,correct", [
+    ("1,3#3", 1.0, True), ("#+03", 1.0, True), ("#3.0", 1.0, True),
+    ("#123", 1 / 3, False), ("#13", 0.5, False), ("#4", 0.0, False), ("3", 0.0, False),
+    ("#", 0.0, False), ("#abc", 0.0, False)])
+def test_is_correct_is_exact_where_the_score_gives_partial_credit(completion, score, correct):
+    task = get_task("chain_sum")
+    p = next(q for q in task.sample(200, random.Random(3), cluster="t2d1") if q.answer == "3")
+    assert task.score(p, completion) == pytest.approx(score)
+    assert task.is_correct(p, completion) is correct
+
+
+def test_jsonl_is_correct_matches_its_exact_score(tmp_path):
+    path = write(tmp_path, [json.dumps({"prompt": "2+2=", "answer": "4"})])
+    task = JsonlTask(path)
+    assert task.is_correct(task.problems[0], "#4") and not task.is_correct(task.problems[0], "#44")
+
+
+# ---------------------------------------------------------------- held-out set
+def test_heldout_set_is_fixed_deduplicated_and_capped_for_small_tiers():
+    from lmpo.tasks.heldout import heldout_split
+
+    task = get_task("chain_sum")
+    a, b = heldout_split(task, 100), heldout_split(get_task("chain_sum"), 100)
+    assert [p.prompt for p in a.problems] == [p.prompt for p in b.problems]
+    assert len(a.prompts) == len(a.problems)  # no duplicates
+    t2d1 = a.counts["t2d1"]
+    assert (t2d1.distinct, t2d1.exact, t2d1.heldout, t2d1.capped) == (200, True, 50, True)
+    assert a.counts["t3d1"].heldout == 100 and not a.counts["t3d1"].exact
+    assert "t2d1: 200 distinct, 50 held out (too few" in a.describe()
+    assert "t3d1: >= " in a.describe()
+    # a larger request keeps the smaller set as its prefix (SFT holds out a superset)
+    bigger = heldout_split(task, 200)
+    assert [p.prompt for p in bigger.problems if p.cluster == "t3d1"][:100] == \
+        [p.prompt for p in a.problems if p.cluster == "t3d1"]
+
+
+def test_training_draws_never_contain_a_heldout_problem():
+    from lmpo.tasks.heldout import heldout_split, sample_excluding
+
+    task = get_task("chain_sum")
+    held = heldout_split(task, 100).prompts
+    for seed in range(3):
+        pool = sample_excluding(task, 4096, random.Random(seed), held, cluster="t2d1")
+        assert len(pool) == 4096 and not {p.prompt for p in pool} & held
+        assert len({p.prompt for p in pool}) == 150  # the 200 minus the 50 held out
+    with pytest.raises(ValueError, match="could not draw 5 training problems from tier"):
+        everything = frozenset(p.prompt for p in task.sample(4000, random.Random(0), "t2d1"))
+        sample_excluding(task, 5, random.Random(0), everything, cluster="t2d1")
+
+
+def test_jsonl_heldout_is_exact_per_cluster(tmp_path):
+    from lmpo.tasks.heldout import heldout_split
+
+    lines = [json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "cluster": "a" if i < 8
+                         else "b"}) for i in range(20)] + [json.dumps({"prompt": "0+1=",
+                                                                       "answer": "1",
+                                                                       "cluster": "a"})]
+    task = JsonlTask(write(tmp_path, lines))
+    held = heldout_split(task, 100)
+    assert held.counts["a"].distinct == 8 and held.counts["a"].heldout == 2  # the duplicate
+    assert held.counts["b"].distinct == 12 and held.counts["b"].heldout == 3

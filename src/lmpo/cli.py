@@ -31,14 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.add_argument("overrides", nargs="*", metavar="key=value")
 
-    ev = sub.add_parser("eval", help="greedy per-tier accuracy of a model or run")
+    ev = sub.add_parser("eval", help="held-out accuracy and reward per tier of a model or run")
     src = ev.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a Hugging Face model folder")
-    src.add_argument("--run", help="a run directory (evaluates its final policy)")
-    ev.add_argument("--task", default="chain_sum")
-    ev.add_argument("--per-tier", type=int, default=200)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--max-new-tokens", type=int, default=32)
+    src.add_argument("--run", help="a run directory: its final policy on the run's own task, "
+                                   "tiers and held-out set")
+    ev.add_argument("--task", help="task for --model (default chain_sum; a run uses its own)")
+    ev.add_argument("--per-tier", type=int,
+                    help="held-out problems per tier (default 100; a run uses its own)")
+    ev.add_argument("--max-new-tokens", type=int,
+                    help="generation budget (default 32; a run uses its own)")
+    ev.add_argument("--temperature", type=float,
+                    help="0 = greedy (default; a run uses its own log.eval_temperature)")
+    ev.add_argument("--samples", type=int, help="completions per problem at temperature > 0")
     ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
     return parser
 
@@ -78,7 +83,7 @@ def cmd_train(args) -> int:
                                 "(or set policy=DIR to a Hugging Face model folder)")
     summary = train(cfg, args.run_dir, resume=args.resume, progress=not args.quiet)
     Console().print(accuracy_table({"before": summary["before"], "after": summary["after"]},
-                                   title=f"{Path(args.config).stem}: held-out greedy accuracy"))
+                                   title=f"{Path(args.config).stem}: held-out set"))
     print(f"run directory: {args.run_dir}")
     return 0
 
@@ -89,15 +94,34 @@ def cmd_eval(args) -> int:
 
     from lmpo.models import load_policy
     from lmpo.tasks import get_task
-    from lmpo.trainer.evaluate import accuracy_table, evaluate, heldout_problems
+    from lmpo.tasks.heldout import heldout_split
+    from lmpo.trainer.config import load_config
+    from lmpo.trainer.evaluate import accuracy_table, evaluate
+    from lmpo.trainer.train_config import TrainConfig
 
     torch.set_num_threads(2)
+    task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
+    if args.run:
+        run_cfg = Path(args.run) / "config.yaml"
+        if not run_cfg.exists():
+            raise FileNotFoundError(f"{args.run} is not a run directory (no config.yaml)")
+        cfg = load_config(TrainConfig, run_cfg)
+        task_name, per_tier = cfg.task, cfg.log.eval_per_tier
+        max_new, trained = cfg.log.eval_max_new_tokens, cfg.rollout.clusters
+        temp, samples = cfg.log.eval_temperature, cfg.log.eval_samples
+    task_name = args.task or task_name
+    per_tier = args.per_tier or per_tier
+    max_new = args.max_new_tokens or max_new
+    temp = temp if args.temperature is None else args.temperature
+    samples = args.samples or (samples if temp > 0 else 1)
     model_dir = Path(args.model) if args.model else Path(args.run) / "policy"
     model, tokenizer = load_policy(model_dir)
-    task = get_task(args.task)
-    problems = heldout_problems(task, args.per_tier, args.seed)
-    result = evaluate(model, tokenizer, task, problems, max_new_tokens=args.max_new_tokens)
-    Console().print(accuracy_table({str(model_dir): result}, title=f"{args.task}: greedy accuracy"))
+    task = get_task(task_name)
+    heldout = heldout_split(task, per_tier)
+    print(f"held-out set ({task_name}): {heldout.describe()}")
+    result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=max_new,
+                      trained_tiers=trained, temperature=temp, samples=samples)
+    Console().print(accuracy_table({"model": result}, title=f"{model_dir} on {task_name}"))
     out = Path(args.json) if args.json else model_dir / "eval_cli.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

@@ -25,7 +25,11 @@ class Task(Protocol):
         """`n` problems (from `cluster`, or spread over all clusters)."""
 
     def score(self, problem: Problem, completion: str) -> float:
-        """Reward in [0, 1]; malformed completions score 0 and never raise."""
+        """Reward in [0, 1] (may be partial credit); malformed completions score 0 and
+        never raise."""
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        """Exact correctness (what `accuracy` counts); never partial, never raises."""
 
     def solution(self, problem: Problem) -> str:
         """A worked completion (for supervised warm-starting)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 import reasoning_gym
 
@@ -92,6 +93,19 @@ class GymArithmeticTask:
             return float(scorer.score_answer(answer, problem.meta["entry"]))
         except Exception:  # a checker that chokes on malformed text scores 0
             return 0.0
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        """The answer after the last `#` equals the gold number (as reasoning-gym's
+        checker reads numbers: sign, leading zeros, trailing decimals and commas tolerated).
+        Unlike `score`, a wrong number that contains the gold digits ('123' for '3') is
+        simply wrong."""
+        answer = extract_answer(completion)
+        if not answer:
+            return False
+        try:
+            return Decimal(answer.replace(",", "")) == Decimal(problem.answer.replace(",", ""))
+        except (InvalidOperation, ValueError):
+            return False
 
 
 TASKS = {

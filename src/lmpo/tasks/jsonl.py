@@ -64,7 +64,10 @@ class JsonlTask:
         return ANSWER_MARK + problem.answer
 
     def score(self, problem: Problem, completion: str) -> float:
+        return float(self.is_correct(problem, completion))
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
         answer = extract_answer(completion)
         if answer is None:
             answer = completion.strip()
-        return float(answer == problem.answer)
+        return answer == problem.answer

@@ -1,8 +1,18 @@
-"""Greedy per-tier accuracy on a fixed held-out problem set."""
+"""Evaluation on the fixed held-out set: exact accuracy and reward, per tier.
+
+`accuracy` is the share of completions that are exactly correct
+(`Task.is_correct`); `reward` is the mean task score, which may be partial
+credit. Decoding is greedy (temperature 0) or sampled: at temperature > 0 each
+problem gets `samples` completions from a fixed generator and accuracy is their
+mean (pass@1 estimated from k samples, "mean@k", as DAPO and CE-GPPO report).
+Means are over tiers (each tier weighs the same, whatever its held-out size).
+Tiers the run trained on are marked, and accuracy is also reported over the
+trained tiers and over the others, so forgetting shows.
+"""
 
 from __future__ import annotations
 
-import random
+import math
 
 import torch
 
@@ -10,12 +20,7 @@ from lmpo.rollout import sample
 from lmpo.tasks.base import Problem
 from lmpo.trainer.batch import sampling_mode, score_checked
 
-EVAL_SEED_OFFSET = 1_000_003  # held-out problems never share the training stream's seed
-
-
-def heldout_problems(task, per_tier: int, seed: int) -> list[Problem]:
-    rng = random.Random(EVAL_SEED_OFFSET + seed)
-    return [p for tier in task.clusters for p in task.sample(per_tier, rng, cluster=tier)]
+EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
 
 
 def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
@@ -33,32 +38,118 @@ def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
     return texts
 
 
+def _mean(values) -> float | None:
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def summarise(per_tier: dict[str, dict]) -> dict:
+    """Tier-macro means of a {tier: {accuracy, reward, n, trained}} mapping."""
+    tiers = {k: v for k, v in per_tier.items() if v["n"] > 0}
+    trained = [v["accuracy"] for v in tiers.values() if v["trained"]]
+    other = [v["accuracy"] for v in tiers.values() if not v["trained"]]
+    return {
+        "per_tier": per_tier,
+        "accuracy_mean": _mean(v["accuracy"] for v in tiers.values()),
+        "reward_mean": _mean(v["reward"] for v in tiers.values()),
+        "accuracy_trained": _mean(trained),
+        "accuracy_other": _mean(other),
+        "n": sum(v["n"] for v in per_tier.values()),
+        "trained_tiers": [k for k, v in per_tier.items() if v["trained"]],
+    }
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens: int,
-             batch_size: int = 256) -> dict:
-    """{"per_tier": {tier: accuracy}, "mean": accuracy over all problems, "n": count}."""
+             trained_tiers: list[str] | None = None, temperature: float = 0.0,
+             samples: int = 1, batch_size: int = 256) -> dict:
+    """Completions of `problems`, scored per tier (see the module docstring).
+
+    `trained_tiers` None means every tier was trained on. `samples` > 1 needs a
+    temperature > 0 (greedy decoding would repeat itself).
+    """
+    if samples < 1 or (samples > 1 and temperature == 0):
+        raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
+                         f"temperature {temperature}")
+    problems = [p for p in problems for _ in range(samples)]
+    generator = torch.Generator().manual_seed(EVAL_SAMPLE_SEED) if temperature > 0 else None
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
-                     batch_size=batch_size)
-    hits: dict[str, list[float]] = {}
+                     batch_size=batch_size, temperature=temperature, generator=generator)
+    hits: dict[str, list[float]] = {tier: [] for tier in task.clusters}
+    rewards: dict[str, list[float]] = {tier: [] for tier in task.clusters}
     for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
-        hits.setdefault(p.cluster, []).append(
+        rewards.setdefault(p.cluster, []).append(
             score_checked(task, p, text, f"held-out problem {i}"))
-    per_tier = {tier: sum(v) / len(v) for tier, v in hits.items()}
-    total = [x for v in hits.values() for x in v]
-    return {"per_tier": per_tier, "mean": sum(total) / len(total), "n": len(total)}
+        hits.setdefault(p.cluster, []).append(float(task.is_correct(p, text)))
+    trained = set(task.clusters if trained_tiers is None else trained_tiers)
+    per_tier = {tier: {"accuracy": _mean(hits[tier]), "reward": _mean(rewards[tier]),
+                       "n": len(hits[tier]) // samples, "trained": tier in trained}
+                for tier in hits}  # a tier with no held-out problem has None, not 0
+    return summarise(per_tier) | {"decoding": decoding_name(temperature, samples)}
 
 
-def accuracy_table(results: dict[str, dict], title: str = "greedy accuracy per tier"):
-    """A rich Table with one column per named result (e.g. before / after)."""
+def decoding_name(temperature: float, samples: int) -> str:
+    return "greedy" if temperature == 0 else f"mean@{samples}, T={temperature:g}"
+
+
+def metrics_row(result: dict) -> dict[str, float]:
+    """The `eval/...` keys of a metrics row."""
+    row = {}
+    for tier, v in result["per_tier"].items():
+        if v["n"]:
+            row[f"eval/accuracy/{tier}"] = v["accuracy"]
+            row[f"eval/reward/{tier}"] = v["reward"]
+    for key in ("accuracy_mean", "reward_mean", "accuracy_trained", "accuracy_other"):
+        if result[key] is not None:
+            row[f"eval/{key}"] = result[key]
+    return row
+
+
+def result_from_row(row: dict, before: dict) -> dict:
+    """Rebuild an evaluation result from a metrics row (tiers, sizes and decoding as in
+    `before`)."""
+    per_tier = {tier: {"accuracy": row.get(f"eval/accuracy/{tier}", math.nan if v["n"] else None),
+                       "reward": row.get(f"eval/reward/{tier}", math.nan if v["n"] else None),
+                       "n": v["n"], "trained": v["trained"]}
+                for tier, v in before["per_tier"].items()}
+    return summarise(per_tier) | {"decoding": before.get("decoding", "greedy")}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x * 100:.1f}%"
+
+
+def accuracy_table(results: dict[str, dict], title: str = "held-out evaluation"):
+    """A rich Table: per tier, exact accuracy and mean reward (partial credit) of each result.
+
+    Trained tiers are marked `*`; the last rows give the tier means, over all tiers,
+    the trained tiers and the others.
+    """
     from rich.table import Table
 
-    table = Table(title=title)
+    decoding = next(iter(results.values())).get("decoding", "greedy")
+    table = Table(title=f"{title} ({decoding})",
+                  caption="accuracy = exactly correct; reward = task score (partial credit); "
+                          "* = trained on")
     table.add_column("tier")
+    table.add_column("n", justify="right")
     for name in results:
-        table.add_column(name, justify="right")
-    tiers = list(next(iter(results.values()))["per_tier"])
-    for tier in tiers + ["mean"]:
-        cells = [f"{(r['per_tier'][tier] if tier != 'mean' else r['mean']) * 100:.1f}%"
-                 for r in results.values()]
-        table.add_row(tier, *cells)
+        table.add_column(f"{name} accuracy", justify="right")
+        table.add_column(f"{name} reward", justify="right")
+    first = next(iter(results.values()))
+    for tier, v in first["per_tier"].items():
+        cells = []
+        for r in results.values():
+            t = r["per_tier"].get(tier, {})
+            cells += [_pct(t.get("accuracy")), _pct(t.get("reward"))]
+        table.add_row(tier + (" *" if v["trained"] else ""), str(v["n"]), *cells)
+    table.add_section()
+    table.add_row("mean", str(first["n"]),
+                  *[c for r in results.values()
+                    for c in (_pct(r["accuracy_mean"]), _pct(r["reward_mean"]))])
+    if first["accuracy_other"] is not None:
+        table.add_row("trained", "", *[c for r in results.values()
+                                             for c in (_pct(r["accuracy_trained"]), "")])
+        table.add_row("other", "", *[c for r in results.values()
+                                           for c in (_pct(r["accuracy_other"]), "")])
     return table

@@ -13,8 +13,9 @@ import torch
 
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
 from lmpo.tasks import get_task
+from lmpo.tasks.heldout import heldout_split, sample_excluding
 from lmpo.trainer.config import ConfigError, save_config
-from lmpo.trainer.evaluate import evaluate, heldout_problems
+from lmpo.trainer.evaluate import evaluate
 
 
 @dataclass
@@ -77,6 +78,8 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
 
     torch.set_num_threads(cfg.threads)
     task, tokenizer = get_task(cfg.task), build_tokenizer()
+    heldout = heldout_split(task, cfg.eval_per_tier)
+    exclude = heldout.prompts
     model = build_policy(cfg.size, tokenizer, seed=cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
@@ -88,7 +91,8 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
                   TimeRemainingColumn(), disable=not progress) as bar:
         job = bar.add_task("sft", total=cfg.steps, name=cfg.task, loss=float("nan"))
         for step in range(cfg.steps):
-            ids, mask, labels = sft_batch(task, tokenizer, task.sample(cfg.batch_size, rng))
+            batch = sample_excluding(task, cfg.batch_size, rng, exclude)
+            ids, mask, labels = sft_batch(task, tokenizer, batch)
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -99,8 +103,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
             losses.append(float(loss.detach()))
             bar.update(job, advance=1, loss=losses[-1])
     train_seconds = time.perf_counter() - t0
-    problems = heldout_problems(task, cfg.eval_per_tier, cfg.seed)
-    result = evaluate(model, tokenizer, task, problems, max_new_tokens=cfg.max_new_tokens)
+    result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=cfg.max_new_tokens)
     out = save_policy(model, tokenizer, cfg.out)
     save_config(cfg, out / "sft_config.yaml")
     summary = {
@@ -108,6 +111,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
         "loss_first": sum(losses[:10]) / min(10, len(losses)),
         "loss_last": sum(losses[-10:]) / min(10, len(losses)),
         "train_seconds": train_seconds, "seconds": time.perf_counter() - t0, "eval": result,
+        "heldout": {k: vars(c) for k, c in heldout.counts.items()},
     }
     (Path(out) / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
