@@ -24,11 +24,12 @@ def tiny_policy_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory):
-    """A nano policy warm-started on chain sums (~40 s), shared by the SFT and RL tests."""
+    """A nano policy warm-started on chain sums as `configs/sft_chain_sum.yaml` does
+    (800 steps, ~70 s): the testbed's starting point, shared by the SFT and RL tests."""
     from lmpo.trainer.config import load_config
     from lmpo.trainer.sft import SFTConfig, run_sft
 
     out = tmp_path_factory.mktemp("sft") / "policy"
-    cfg = load_config(SFTConfig, None, ["steps=500", "batch_size=64", "eval_per_tier=50",
+    cfg = load_config(SFTConfig, None, ["steps=800", "batch_size=64", "eval_per_tier=50",
                                         f"out={out}", "max_new_tokens=16"])
     return out, run_sft(cfg, progress=False)

@@ -1,31 +1,39 @@
-"""Resume exactness: SIGKILL a run at random moments, resume, and get the same run."""
+"""Resume exactness: crash a run at named points (deterministic crash injection),
+resume, and get the same run; a changed config is refused; checkpoints load only
+tensors and plain containers."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from lmpo.trainer.checkpoint import latest_checkpoint, read_rows, save_checkpoint, truncate_rows
+from lmpo.trainer.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    read_rows,
+    save_checkpoint,
+    truncate_rows,
+)
+from lmpo.trainer.faults import CRASH_EXIT_CODE
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 STEPS = 6
 
 
-def command(preset, policy, run_dir, resume=False):
+def command(preset, policy, run_dir, resume=False, extra=()):
     args = [sys.executable, "-m", "lmpo.cli", "train", "--config", str(CONFIGS / f"{preset}.yaml"),
             "--run-dir", str(run_dir), "--quiet", f"policy={policy}", f"steps={STEPS}",
-            "rollout.batch_size=8", "rollout.max_new_tokens=8", "rollout.pool_size=64",
+            "rollout.batch_size=16", "rollout.max_new_tokens=8", "rollout.pool_size=64",
             "log.eval_per_tier=4", "log.eval_every=3", "log.checkpoint_every=1",
-            "log.eval_max_new_tokens=6"]
+            "log.eval_max_new_tokens=6", *extra]
     return args + (["--resume"] if resume else [])
 
 
@@ -37,42 +45,73 @@ def weights(run_dir):
     return load_file(str(Path(run_dir) / "policy" / "model.safetensors"))
 
 
-@pytest.mark.parametrize("preset,seed", [("espo", 1), ("ebpo", 2)])
-def test_sigkill_and_resume_reproduces_the_uninterrupted_run(preset, seed, sft_run, tmp_path):
+@pytest.mark.parametrize("preset,crashes", [
+    ("espo", ["after_row@2", "mid_checkpoint@4", "before_row@5"]),
+    ("ebpo", ["after_checkpoint@1", "mid_checkpoint@3", "after_row@5"]),
+])
+def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, sft_run, tmp_path):
     """The warm-started policy, so that rewards vary and EBPO/ESPO/critic state matters
-    (with a random policy every reward is 0 and a lost estimator state goes unnoticed)."""
+    (with a random policy every reward is 0 and a lost estimator state goes unnoticed).
+    Each crash exits the process at once (as abruptly as SIGKILL) at a named point."""
     policy, _ = sft_run
     env = os.environ | {"PYTHONHASHSEED": "0"}
+    env.pop("LMPO_CRASH_AT", None)
     full = tmp_path / "full"
-    subprocess.run(command(preset, policy, full), check=True, env=env,
-                   capture_output=True)
-    rng = random.Random(seed)
-    killed = tmp_path / "killed"
-    kills = 0
-    for attempt in range(2):
-        proc = subprocess.Popen(command(preset, policy, killed, resume=attempt > 0),
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        target = rng.randint(len(read_rows(killed / "metrics.jsonl")) + 1, STEPS - 1)
-        deadline = time.time() + 120
-        while len(read_rows(killed / "metrics.jsonl")) < target and proc.poll() is None:
-            assert time.time() < deadline, "run made no progress"
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.08))  # land anywhere: mid-step, mid-write, mid-checkpoint
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-    assert kills >= 1
-    subprocess.run(command(preset, policy, killed, resume=True), check=True, env=env,
+    subprocess.run(command(preset, policy, full), check=True, env=env, capture_output=True)
+    crashed = tmp_path / "crashed"
+    for i, spec in enumerate(crashes):
+        proc = subprocess.run(command(preset, policy, crashed, resume=i > 0),
+                              env=env | {"LMPO_CRASH_AT": spec}, capture_output=True)
+        assert proc.returncode == CRASH_EXIT_CODE, (spec, proc.stderr.decode()[-2000:])
+    subprocess.run(command(preset, policy, crashed, resume=True), check=True, env=env,
                    capture_output=True)
 
-    want, got = read_rows(full / "metrics.jsonl"), read_rows(killed / "metrics.jsonl")
+    want, got = read_rows(full / "metrics.jsonl"), read_rows(crashed / "metrics.jsonl")
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))  # none missing or duplicated
     assert comparable(got) == comparable(want)
-    a, b = weights(full), weights(killed)
+    a, b = weights(full), weights(crashed)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    assert json.loads((killed / "eval.json").read_text()) == json.loads(
+    assert json.loads((crashed / "eval.json").read_text()) == json.loads(
         (full / "eval.json").read_text())
+
+
+def test_resume_refuses_a_changed_config_but_not_more_steps(sft_run, tmp_path, capsys):
+    from lmpo.cli import main
+
+    policy, _ = sft_run
+    run = tmp_path / "run"
+    base = command("grpo", policy, run)[3:]  # the CLI arguments after `-m lmpo.cli`
+    assert main([*base, "steps=2"]) == 0
+    rc = main([*base, "steps=2", "optim.lr=1e-3", "rollout.temperature=0.7", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "only steps, threads and log.* may change" in err
+    assert "optim.lr: 2e-05 -> 0.001" in err and "rollout.temperature: 1.0 -> 0.7" in err
+    assert main([*base, "steps=3", "log.eval_every=1", "threads=1", "--resume"]) == 0
+    assert [r["step"] for r in read_rows(run / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_a_malformed_crash_spec_fails_before_any_work(sft_run, tmp_path):
+    policy, _ = sft_run
+    env = os.environ | {"LMPO_CRASH_AT": "somewhere@2"}
+    proc = subprocess.run(command("grpo", policy, tmp_path / "r"), env=env, capture_output=True)
+    assert proc.returncode != 0 and b"expected <point>@<step>" in proc.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+class Opaque:
+    pass
+
+
+def test_checkpoints_hold_only_tensors_and_plain_containers(tmp_path):
+    with pytest.raises(TypeError, match=r"state\['estimator'\]\['x'\] is a Opaque"):
+        save_checkpoint(tmp_path, 1, {"estimator": {"x": Opaque()}})
+    folder = tmp_path / "checkpoints"
+    folder.mkdir(exist_ok=True)
+    torch.save({"step": 1, "evil": Opaque()}, folder / "ckpt-000002.pt")  # not via lmpo
+    with pytest.raises(CheckpointError, match="refusing to load .*ckpt-000002.pt"):
+        load_checkpoint(latest_checkpoint(tmp_path))
+    save_checkpoint(tmp_path, 3, {"rng": torch.Generator().get_state(), "xs": [1, (2.0, None)]})
+    assert load_checkpoint(latest_checkpoint(tmp_path))["xs"] == [1, (2.0, None)]
 
 
 def test_torn_writes_are_ignored(tmp_path):

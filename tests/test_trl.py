@@ -38,8 +38,9 @@ def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, *
 
 @pytest.mark.parametrize("loss,advantage", [("cegppo", "ebpo"), ("drpo", "dr_grpo")])
 def test_three_training_steps_with_lmpo_loss_and_estimator(tmp_path, loss, advantage):
-    trainer = make_trainer(tmp_path, lmpo_loss=loss, lmpo_advantage=advantage, beta=0.04,
-                           lmpo_agg="token-mean" if loss == "cegppo" else "seq-mean-token-sum-norm")
+    trainer = make_trainer(tmp_path, lmpo_loss=loss, lmpo_advantage=advantage, beta=0.04)
+    # no lmpo_agg: the method's own aggregation
+    assert trainer.lmpo_agg == {"cegppo": "token-mean", "drpo": "seq-mean-token-sum-norm"}[loss]
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 3

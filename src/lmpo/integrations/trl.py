@@ -19,16 +19,17 @@ import torch
 from trl import GRPOTrainer
 
 from lmpo.advantages import get_advantage
-from lmpo.losses import AGG_MODES, aggregate, get_loss, kl_penalty
+from lmpo.losses import AGG_MODES, aggregate, default_aggregation, get_loss, kl_penalty
 
 
 class LmpoGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, lmpo_loss: str = "ppo_clip", lmpo_loss_hparams: dict | None = None,
-                 lmpo_agg: str = "token-mean", lmpo_advantage: str | None = None,
+                 lmpo_agg: str | None = None, lmpo_advantage: str | None = None,
                  lmpo_advantage_hparams: dict | None = None, ref_model=None, **kwargs):
+        self.lmpo_loss_fn = get_loss(lmpo_loss, **(lmpo_loss_hparams or {}))
+        lmpo_agg = lmpo_agg or default_aggregation(lmpo_loss)  # the method's own, by default
         if lmpo_agg not in AGG_MODES:
             raise ValueError(f"unknown lmpo_agg {lmpo_agg!r}; valid modes: {', '.join(AGG_MODES)}")
-        self.lmpo_loss_fn = get_loss(lmpo_loss, **(lmpo_loss_hparams or {}))
         self.lmpo_agg = lmpo_agg
         self.lmpo_estimator = (get_advantage(lmpo_advantage, **(lmpo_advantage_hparams or {}))
                                if lmpo_advantage else None)

@@ -7,6 +7,11 @@ overwrites. Metrics rows are appended and fsynced *before* the step's
 checkpoint; on resume, rows after the checkpoint's step (and any torn last
 line) are dropped, so the resumed run writes exactly the rows the
 uninterrupted run would have.
+
+Checkpoints hold only tensors and plain containers (dict, list, tuple, str,
+int, float, bool, None) and load with `torch.load(..., weights_only=True)`:
+unpickling arbitrary objects could run code, so a checkpoint holding anything
+else is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from pathlib import Path
 
 import torch
 
+from lmpo.trainer.faults import crash_point
+
+PLAIN = (str, int, float, bool, type(None), torch.Tensor)
 CKPT = re.compile(r"^ckpt-(\d{6,})\.pt$")
 
 
@@ -29,7 +37,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class CheckpointError(RuntimeError):
+    pass
+
+
+def check_plain(obj, where: str = "state") -> None:
+    """Raise TypeError naming the first value that is not a tensor or plain container."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str | int):
+                raise TypeError(f"{where} has a key of type {type(k).__name__}: {k!r}")
+            check_plain(v, f"{where}[{k!r}]")
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            check_plain(v, f"{where}[{i}]")
+    elif not isinstance(obj, PLAIN):
+        raise TypeError(f"{where} is a {type(obj).__name__}: checkpoints hold only tensors and "
+                        "plain containers")
+
+
 def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Path:
+    check_plain(state)
     folder = Path(run_dir) / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt-{step:06d}.pt"
@@ -38,6 +66,7 @@ def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Pat
         torch.save(state, fh)
         fh.flush()
         os.fsync(fh.fileno())
+    crash_point("mid_checkpoint", step)
     os.replace(tmp, final)
     _fsync_dir(folder)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
@@ -59,7 +88,14 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """Load with `weights_only=True`; anything but tensors and plain containers is refused."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError (or RuntimeError) for such files
+        raise CheckpointError(
+            f"refusing to load {path}: it holds objects other than tensors and plain "
+            f"containers, and unpickling them could run code ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
 def append_row(path: Path, row: dict) -> None:

@@ -3,6 +3,13 @@
 Unknown keys are errors that name the nearest valid key; values are parsed as
 YAML scalars (`lr=3e-4`, `loss.hparams={beta1: 0.5}`) and type-checked against
 the field's declared type.
+
+A YAML file may start from another with `extends: NAME` (a preset next to it,
+`NAME.yaml`) or `extends: path/to/file.yaml` (relative to the extending file).
+Mappings merge key by key, the extending file winning; any other value (lists
+included) is replaced. A section that names a different function (`loss.name`,
+`advantage.name`) does not inherit the parent's `hparams`: hyper-parameters
+belong to the function they were written for.
 """
 
 from __future__ import annotations
@@ -100,16 +107,57 @@ def apply_override(data: dict, assignment: str, cls) -> None:
                 tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
 
 
+def merge(base: dict, child: dict) -> dict:
+    """`child` over `base`: mappings merge recursively, everything else is replaced; a
+    mapping whose `name` changes keeps none of the parent's `hparams`."""
+    out = dict(base)
+    for key, value in child.items():
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            if "name" in value and value["name"] != old.get("name"):
+                old = {k: v for k, v in old.items() if k != "hparams"}
+            out[key] = merge(old, value)
+        else:
+            out[key] = value
+    return out
+
+
+def resolve_extends(target: str, relative_to: Path) -> Path:
+    """The file an `extends:` value names: a path (relative to the extending file's
+    folder) or a preset name (`NAME.yaml` in that folder)."""
+    candidate = Path(target)
+    if candidate.suffix not in (".yaml", ".yml"):
+        candidate = candidate.with_name(candidate.name + ".yaml")
+    path = candidate if candidate.is_absolute() else relative_to / candidate
+    if not path.exists():
+        raise ConfigError(f"extends: {target!r} names no file ({path} does not exist)")
+    return path
+
+
+def read_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """A YAML config file as a mapping, with its `extends:` chain merged in."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends must be a preset name or a path, got {parent!r}")
+    parent_path = resolve_extends(parent, path.parent).resolve()
+    chain = (*_chain, path.resolve())
+    if parent_path in chain:
+        cycle = " -> ".join(str(p.name) for p in (*chain, parent_path))
+        raise ConfigError(f"extends cycle: {cycle}")
+    return merge(read_yaml(parent_path, chain), data)
+
+
 def load_config(cls, path: str | Path | None, overrides: list[str] | None = None):
     """Load `cls` from YAML `path` (or defaults if None), then apply `key=value` overrides."""
-    data: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
+    data: dict = {} if path is None else read_yaml(path)
     for assignment in overrides or []:
         apply_override(data, assignment, cls)
     return build(cls, data)

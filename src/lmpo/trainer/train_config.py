@@ -5,7 +5,7 @@ Defaults follow methods.md; the presets in configs/ set each method's choices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmpo.registry import nearest
@@ -86,36 +86,62 @@ class OptimConfig:
 
 @dataclass
 class ESPOConfig:
+    """The rollout controller: ESPO early stopping (arXiv 2605.29860) and its ablations."""
+
     enabled: bool = False
     mode: str = "full"
-    """full | regret_only | value_only | random."""
+    """full | regret_only | value_only (ESPO), or random (variant F: random stopping at the
+    token savings `savings` or of the `reference` run)."""
     warmup: bool = True
+    """Critic warm-up gate (relative thresholds below); false = stop from the first batch."""
     r_fail: float = -1.0
+    """Reward of a stopped sequence (absorbing failure); 0 is the 'no r_fail' ablation."""
+    beta: float = 2.0
+    """Stop threshold on the smoothed regret, hand-set as in the paper."""
+    adapt_beta: bool = False
+    """lmpo extension (espo_adaptive preset): move beta toward `target_rate` each batch."""
     target_rate: float = 0.25
-    beta: float = 7.0
     beta_lr: float = 0.1
-    """beta += beta_lr * (stop_rate - target_rate) after each batch."""
+    """With adapt_beta: beta += beta_lr * (stop_rate - target_rate) after each batch."""
     eps_v: float = 0.2
     alpha_s: float = 0.9
     min_tokens: int = 1
+    """Tokens every sequence generates before any stop (lmpo choice)."""
+    warmup_loss_frac: float = 0.5
+    """Warm-up: the value loss must be at most this fraction of its first step's level..."""
+    warmup_rel_change: float = 0.2
+    """... and change by at most this fraction from one step to the next ..."""
+    warmup_patience: int = 3
+    """... for this many consecutive steps; forced on after 10% of the run."""
+    savings: float | None = None
+    """mode random: the cumulative token savings to match (a fraction in (0, 1))."""
+    reference: str | None = None
+    """mode random: an ESPO run (directory or metrics.jsonl) whose token curve to track."""
     measure_false_positives: bool = True
-    """Finish a copy of each stopped sequence to log espo/false_positive_rate and
-    espo/would_be_length_mean (extra sampling, not counted in tokens/generated)."""
+    """Finish a copy of each stopped sequence: logs espo/false_positive_rate,
+    espo/would_be_length_mean and the measured savings (extra sampling, not counted in
+    tokens/generated). Variant F at a savings fraction needs it."""
 
 
 @dataclass
 class LogConfig:
     eval_every: int = 10
-    """Greedy held-out evaluation every N steps (and at the end)."""
+    """Held-out evaluation every N steps (and before the first and after the last)."""
     eval_per_tier: int = 100
+    """Held-out problems per tier (fewer where a tier has too few distinct problems)."""
     eval_max_new_tokens: int = 32
+    eval_temperature: float = 0.0
+    """0 = greedy; > 0 samples `eval_samples` completions per problem (accuracy = mean@k)."""
+    eval_samples: int = 1
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     policy_kl_every: int = 5
-    """Measure KL to the reference and between consecutive policies on steps 1, 1+N, ...
-    (each costs one extra forward pass over the batch; computed every step when kl.coef > 0
-    needs the reference anyway)."""
+    """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies and the
+    post-update diag/*_after diagnostics (one extra forward pass over the batch each)."""
     tensorboard: bool = True
+    or_alpha: float | None = None
+    """Margin for the post-update diag/or_* diagnostics of every ratio loss: None = the
+    loss's own `alpha` if it has one (Output Reset), else OR's default 0.2."""
 
 
 @dataclass
@@ -142,45 +168,102 @@ class TrainConfig:
 
     @property
     def actor_critic(self) -> bool:
-        return self.advantage.name == "gae"
+        """The estimator needs a critic (registry metadata `needs_critic`: GAE)."""
+        from lmpo.advantages import advantage_meta, list_advantages
+
+        return (self.advantage.name in list_advantages()
+                and advantage_meta(self.advantage.name)["needs_critic"])
+
+    def estimator_kwargs(self) -> dict[str, Any]:
+        a = self.advantage
+        extra = {"gamma": a.gamma, "lam": a.lam, "whiten": a.whiten} if self.actor_critic else {}
+        return extra | a.hparams
+
+    def bind(self) -> Bound:
+        """The loss, aggregation, estimator and rollout controller this config names, built
+        (and, for the loss, called once on a dummy token) so that every bad value fails
+        here as a ConfigError naming its key."""
+        import torch
+
+        from lmpo.advantages import get_advantage
+        from lmpo.losses import default_aggregation, get_loss
+        from lmpo.rollout import build_controller
+
+        def bound(key: str, make):
+            try:
+                return make()
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
+
+        loss_fn = bound("loss", lambda: get_loss(self.loss.name, **self.loss.hparams))
+        one = torch.ones(1, 1)
+        bound("loss.hparams", lambda: loss_fn(one - 2, one - 2, one[0], one))
+        estimator = bound("advantage", lambda: get_advantage(self.advantage.name,
+                                                             **self.estimator_kwargs()))
+        controller = bound("espo", lambda: build_controller(
+            asdict(self.espo), total_steps=self.steps, seed=self.seed))
+        return Bound(loss_fn, self.loss.agg or default_aggregation(self.loss.name), estimator,
+                     controller)
 
     def validate(self) -> None:
         """Fail before any work: every name resolves, every number is in range."""
-        from lmpo.advantages import get_advantage, list_advantages
-        from lmpo.losses import AGG_MODES, KL_KINDS, get_loss
+        from lmpo.advantages import list_advantages
+        from lmpo.losses import AGG_MODES, KL_KINDS
         from lmpo.tasks import SAMPLER_KINDS, TASKS
 
-        r, o = self.rollout, self.optim
-        checks = [
-            (self.steps >= 1, f"steps must be >= 1, got {self.steps}"),
-            (r.batch_size >= 1 and r.group_size >= 1,
-             f"rollout.batch_size and rollout.group_size must be >= 1, got {r.batch_size}, "
-             f"{r.group_size}"),
+        r, o, lg, e = self.rollout, self.optim, self.log, self.espo
+        names = list_advantages()
+        if self.advantage.name not in names:
+            raise ConfigError(f"unknown advantage {self.advantage.name!r}"
+                              f"{nearest(self.advantage.name, names)}; valid: {', '.join(names)}")
+        positive = {"steps": self.steps, "threads": self.threads,
+                    "max_nonfinite": self.max_nonfinite, "rollout.batch_size": r.batch_size,
+                    "rollout.group_size": r.group_size, "rollout.max_new_tokens": r.max_new_tokens,
+                    "rollout.pool_size": r.pool_size, "optim.epochs": o.epochs,
+                    "optim.minibatches": o.minibatches,
+                    "optim.micro_batch_size": o.micro_batch_size, "log.eval_every": lg.eval_every,
+                    "log.eval_per_tier": lg.eval_per_tier,
+                    "log.eval_max_new_tokens": lg.eval_max_new_tokens,
+                    "log.eval_samples": lg.eval_samples,
+                    "log.checkpoint_every": lg.checkpoint_every,
+                    "log.policy_kl_every": lg.policy_kl_every}
+        checks = [(v >= 1, f"{k} must be >= 1, got {v}") for k, v in positive.items()]
+        checks += [
             (r.batch_size % max(r.group_size, 1) == 0,
              f"rollout.batch_size {r.batch_size} is not divisible by rollout.group_size "
              f"{r.group_size}"),
-            (r.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
             (r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}"),
             (r.sampler in SAMPLER_KINDS,
              f"rollout.sampler {r.sampler!r} unknown; valid: {', '.join(SAMPLER_KINDS)}"),
             (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
+            (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
             (self.critic.lr > 0, f"critic.lr must be > 0, got {self.critic.lr}"),
-            (o.epochs >= 1 and o.minibatches >= 1 and o.micro_batch_size >= 1,
-             "optim.epochs, optim.minibatches and optim.micro_batch_size must be >= 1"),
+            (self.critic.value_coef > 0 or not self.actor_critic,
+             f"critic.value_coef must be > 0 for the actor-critic family (the critic would not "
+             f"learn), got {self.critic.value_coef}"),
             (r.batch_size % o.minibatches == 0,
              f"rollout.batch_size {r.batch_size} is not divisible by optim.minibatches "
              f"{o.minibatches}"),
+            (lg.eval_temperature >= 0,
+             f"log.eval_temperature must be >= 0, got {lg.eval_temperature}"),
+            (lg.eval_samples == 1 or lg.eval_temperature > 0,
+             "log.eval_samples > 1 needs log.eval_temperature > 0 (greedy decoding repeats)"),
             (self.loss.agg is None or self.loss.agg in AGG_MODES,
              f"loss.agg {self.loss.agg!r} unknown; valid: {', '.join(AGG_MODES)}"),
             (self.kl.kind in KL_KINDS, f"kl.kind {self.kl.kind!r} unknown; valid: {KL_KINDS}"),
             (self.kl.mode in ("loss", "reward"),
              f"kl.mode must be loss|reward, got {self.kl.mode!r}"),
             (self.kl.mode == "loss" or self.actor_critic,
-             "kl.mode=reward needs the gae (actor-critic) family"),
+             "kl.mode=reward needs the actor-critic family (advantage.name=gae)"),
             (self.kl.coef >= 0, f"kl.coef must be >= 0, got {self.kl.coef}"),
-            (not self.espo.enabled or self.actor_critic
-             or self.espo.mode in ("regret_only", "random"),
-             f"espo mode {self.espo.mode!r} needs the critic: set advantage.name=gae"),
+            (not e.enabled or self.actor_critic or e.mode in ("regret_only", "random"),
+             f"espo.mode {e.mode!r} needs the critic: set advantage.name=gae"),
+            (e.mode == "random" or (e.savings is None and e.reference is None),
+             "espo.savings and espo.reference apply only to espo.mode=random (variant F)"),
+            (not (e.enabled and e.mode == "random" and e.savings is not None
+                  and not e.measure_false_positives),
+             "espo.mode=random with espo.savings measures savings by finishing stopped "
+             "copies: set espo.measure_false_positives=true"),
             (self.scorer_errors in ("raise", "zero"),
              f"scorer_errors must be raise|zero, got {self.scorer_errors!r}"),
             (self.task in TASKS or self.task.endswith(".jsonl"),
@@ -189,13 +272,14 @@ class TrainConfig:
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
-        names = ["gae", *list_advantages()]
-        if self.advantage.name not in names:
-            raise ConfigError(f"unknown advantage {self.advantage.name!r}"
-                              f"{nearest(self.advantage.name, names)}; valid: {', '.join(names)}")
-        try:
-            get_loss(self.loss.name, **self.loss.hparams)
-            if not self.actor_critic:
-                get_advantage(self.advantage.name, **self.advantage.hparams)
-        except (KeyError, TypeError) as exc:
-            raise ConfigError(str(exc.args[0] if exc.args else exc)) from None
+        self.bind()
+
+
+@dataclass
+class Bound:
+    """What a config names, built: see `TrainConfig.bind`."""
+
+    loss_fn: Any
+    agg: str
+    estimator: Any
+    controller: Any

@@ -1,0 +1,65 @@
+"""Everything a run carries from one step to the next, in one place.
+
+`RunState.state_dict()` asks each part for its own state, so adding a part
+(a new estimator, a rollout controller) is one field here, never a mirrored
+save/restore list in the loop. The result holds only tensors and plain
+containers, so checkpoints load with `torch.load(..., weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Counters:
+    tokens: int = 0  # generated tokens so far (tokens/cumulative)
+    nonfinite_streak: int = 0  # consecutive non-finite updates
+    skipped: int = 0  # updates skipped because a term went non-finite
+
+
+@dataclass
+class RunState:
+    policy: torch.nn.Module
+    reference: torch.nn.Module  # frozen, in memory; not checkpointed (it is the start)
+    opt: torch.optim.Optimizer
+    sampler: Any  # lmpo.tasks.Sampler
+    estimator: Any  # group estimator or GAE: has state_dict / load_state_dict
+    critic: torch.nn.Module | None = None
+    critic_opt: torch.optim.Optimizer | None = None
+    controller: Any = None  # lmpo.rollout.RolloutController or None
+    rngs: dict[str, torch.Generator] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+    step: int = 0
+    before: dict | None = None  # the evaluation before training
+
+    _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller")
+
+    def state_dict(self) -> dict:
+        parts = {name: getattr(self, name) for name in self._PARTS}
+        return {
+            "step": self.step, "before": self.before, "counters": asdict(self.counters),
+            "rngs": {k: g.get_state() for k, g in self.rngs.items()},
+            "torch_rng": torch.get_rng_state(),
+            **{name: None if part is None else part.state_dict() for name, part in parts.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.before = state["step"], state["before"]
+        self.counters = Counters(**state["counters"])
+        for name in self._PARTS:
+            part = getattr(self, name)
+            if (part is None) != (state[name] is None):
+                raise ValueError(f"checkpoint {'has no' if state[name] is None else 'has a'} "
+                                 f"{name} state but this run {'has' if part else 'has none'}")
+            if part is not None:
+                part.load_state_dict(state[name])
+        if set(state["rngs"]) != set(self.rngs):
+            raise ValueError(f"checkpoint generators {sorted(state['rngs'])} differ from this "
+                             f"run's {sorted(self.rngs)}")
+        for k, g in self.rngs.items():
+            g.set_state(state["rngs"][k])
+        torch.set_rng_state(state["torch_rng"])

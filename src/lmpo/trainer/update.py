@@ -1,0 +1,126 @@
+"""The update: K epochs of minibatch optimiser steps over one rollout batch.
+
+Each minibatch is a fixed share of the batch; its gradient is accumulated over
+micro-batches with the minibatch's *global* token and sequence counts, so the
+micro-batch size changes nothing but memory (tested to 1e-10 in float64).
+Metrics are averaged over the updates actually applied (a skipped, non-finite
+update contributes none).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from lmpo.losses import aggregate, kl_penalty, value_loss
+from lmpo.masked import masked_mean
+from lmpo.trainer.batch import critic_values, forward_logprobs
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+@dataclass
+class TrainBatch:
+    """One rollout batch, ready for the update."""
+
+    ids: torch.Tensor  # [B, P+T] prompt + response
+    mask: torch.Tensor  # [B, P+T]
+    resp_ids: torch.Tensor  # [B, T]
+    resp_mask: torch.Tensor  # [B, T] float
+    old_logp: torch.Tensor  # [B, T] behaviour log-probs
+    adv: torch.Tensor  # [B, T]
+    keep: torch.Tensor  # [K] indices of the samples that take part (dynamic sampling)
+    ref_logp: torch.Tensor | None = None  # [B, T], when a KL term needs it
+    old_values: torch.Tensor | None = None  # [B, T], actor-critic only
+    returns: torch.Tensor | None = None  # [B, T], actor-critic only
+
+
+def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
+                         mb: torch.Tensor, cfg) -> tuple[dict[str, float], str | None]:
+    """Forward and backward over the micro-batches of minibatch `mb` (sample indices);
+    gradients accumulate in `.grad`. Returns (metrics, name of a non-finite term or None);
+    on a non-finite term it stops before that micro-batch's backward."""
+    resp_mask = batch.resp_mask
+    counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
+              # Dr. GRPO's horizon is the fixed generation budget, not this batch's longest row
+              "horizon": cfg.rollout.max_new_tokens}
+    t = resp_mask.shape[1]
+    sums: dict[str, float] = defaultdict(float)
+    for micro in mb.split(cfg.optim.micro_batch_size):
+        m = resp_mask[micro]
+        logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
+                                     batch.resp_ids[micro], cfg.rollout.temperature)
+        loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
+        terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
+        if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
+            kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
+            terms["kl"] = cfg.kl.coef * aggregate(kl_tok, m, agg, **counts)
+        if cfg.optim.entropy_coef:
+            terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
+        if critic is not None:
+            v = critic_values(critic, batch.ids[micro], batch.mask[micro], t)
+            vl_tok, v_metrics = value_loss(v, batch.old_values[micro], batch.returns[micro], m,
+                                           clip=cfg.critic.value_clip)
+            vl = aggregate(vl_tok, m, "token-mean", num_tokens=counts["num_tokens"])
+            terms["value"] = cfg.critic.value_coef * vl
+            sums["value/loss"] += float(vl.detach())
+        bad = next((k for k, x in terms.items() if not torch.isfinite(x)), None)
+        if bad:
+            return dict(sums), bad
+        sum(terms.values()).backward()
+        frac = len(micro) / len(mb)
+        for k, x in loss_metrics.items():
+            sums["loss/" + k] += x * frac
+        for k, x in terms.items():
+            sums["loss/term_" + k] += float(x.detach())
+        if critic is not None:
+            for k, x in v_metrics.items():
+                sums[k] += x * frac
+        sums["policy/entropy"] += float(masked_mean(ent.detach(), m)) * frac
+    return dict(sums), None
+
+
+def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int) -> dict:
+    """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
+    optimiser steps. Returns the metrics averaged over the applied updates, plus
+    `train/updates`. Raises NonFiniteError after `cfg.max_nonfinite` consecutive
+    non-finite updates (each is skipped)."""
+    policy, critic, counters = state.policy, state.critic, state.counters
+    sums: dict[str, float] = defaultdict(float)
+    updates = 0
+    for _epoch in range(cfg.optim.epochs):
+        perm = batch.keep[torch.randperm(len(batch.keep), generator=state.rngs["shuffle"])]
+        for mb in perm.chunk(cfg.optim.minibatches) if len(perm) else []:
+            state.opt.zero_grad(set_to_none=True)
+            if critic is not None:
+                state.critic_opt.zero_grad(set_to_none=True)
+            metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch, mb, cfg)
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.optim.grad_clip)
+            if bad is None and not torch.isfinite(grad_norm):
+                bad = "policy gradient"
+            if bad is not None:
+                counters.nonfinite_streak += 1
+                counters.skipped += 1
+                if counters.nonfinite_streak >= cfg.max_nonfinite:
+                    raise NonFiniteError(
+                        f"step {step}: the {bad} term went non-finite in "
+                        f"{counters.nonfinite_streak} consecutive updates")
+                continue
+            counters.nonfinite_streak = 0
+            for group in state.opt.param_groups:
+                group["lr"] = lr
+            state.opt.step()
+            if critic is not None:
+                metrics["grad/critic_norm"] = float(torch.nn.utils.clip_grad_norm_(
+                    critic.parameters(), cfg.optim.grad_clip))
+                state.critic_opt.step()
+            metrics["grad/norm"] = float(grad_norm)
+            for k, v in metrics.items():
+                sums[k] += v
+            updates += 1
+    out = {k: v / updates for k, v in sums.items()} if updates else {}
+    return out | {"train/updates": float(updates)}

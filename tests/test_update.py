@@ -1,0 +1,93 @@
+"""The update step: micro-batching changes nothing but memory; metrics average over the
+updates actually applied."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmpo.losses import get_loss
+from lmpo.models import ValueModel, build_policy, build_tokenizer
+from lmpo.trainer.config import load_config
+from lmpo.trainer.state import RunState
+from lmpo.trainer.train_config import TrainConfig
+from lmpo.trainer.update import TrainBatch, accumulate_gradients, update
+
+D = torch.float64
+
+
+def make_batch(policy, b=64, p=5, t=9, seed=0) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 60, (b, p + t), generator=g)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    resp_mask = (torch.arange(t)[None, :] < lengths[:, None]).to(D)
+    prompt_mask = torch.ones(b, p, dtype=torch.long)
+    prompt_mask[: b // 2, :2] = 0  # left padding on half the rows
+    mask = torch.cat([prompt_mask, resp_mask.long()], 1)
+    with torch.no_grad():
+        from lmpo.trainer.batch import forward_logprobs
+
+        logp, _ = forward_logprobs(policy, ids, mask, ids[:, p:])
+    noise = 0.4 * torch.randn(b, t, generator=g, dtype=D)  # ratios away from 1: clipping acts
+    return TrainBatch(ids=ids, mask=mask, resp_ids=ids[:, p:], resp_mask=resp_mask,
+                      old_logp=(logp + noise) * resp_mask,
+                      adv=torch.randn(b, t, generator=g, dtype=D), keep=torch.arange(b),
+                      ref_logp=(logp - 0.1 * noise) * resp_mask,
+                      old_values=torch.randn(b, t, generator=g, dtype=D) * resp_mask,
+                      returns=torch.randn(b, t, generator=g, dtype=D) * resp_mask)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_micro_batch_size_does_not_change_the_gradient(agg):
+    """One minibatch of 64 sequences in one micro-batch or in 8 of 8: the same policy and
+    critic gradients to rtol 1e-10 (float64 policy), with the policy, KL, entropy and value
+    terms all present."""
+    tok = build_tokenizer()
+    policy = build_policy("nano", tok, seed=0).to(D)
+    critic = ValueModel.from_policy(policy).to(D)
+    batch = make_batch(policy)
+    loss_fn = get_loss("cegppo", beta1=0.5, beta2=1.0)
+    grads = {}
+    for micro in (64, 8):
+        cfg = load_config(TrainConfig, None, [f"optim.micro_batch_size={micro}", "kl.coef=0.1",
+                                              "optim.entropy_coef=0.01", "advantage.name=gae",
+                                              "rollout.group_size=1"])
+        policy.zero_grad(set_to_none=True)
+        critic.zero_grad(set_to_none=True)
+        metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch,
+                                            torch.arange(64), cfg)
+        assert bad is None and {"loss/term_kl", "loss/term_entropy", "value/loss"} <= set(metrics)
+        grads[micro] = [p.grad.clone() for p in (*policy.parameters(), *critic.parameters())]
+    assert len(grads[64]) == len(grads[8])
+    for a, b in zip(grads[64], grads[8], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+
+
+def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
+    """4 minibatches, the second non-finite: 3 updates are applied and the reported loss
+    metric is the mean of those 3, not a sum divided by 4."""
+    import lmpo.trainer.update as upd
+
+    tok = build_tokenizer()
+    policy = build_policy("nano", tok, seed=0)
+    batch = make_batch(policy, b=16, seed=1)
+    batch = TrainBatch(**{k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                              else v) for k, v in vars(batch).items()})
+    cfg = load_config(TrainConfig, None, ["optim.minibatches=4", "rollout.batch_size=16"])
+    calls = iter([1.0, float("nan"), 3.0, 5.0])
+
+    def fake(policy_, critic_, loss_fn_, agg_, batch_, mb, cfg_):
+        value = next(calls)
+        if value != value:
+            return {}, "policy"
+        out = policy_(input_ids=batch_.ids[mb][:, :3]).logits.sum() * 0  # a zero gradient
+        out.backward()
+        return {"loss/x": value}, None
+
+    monkeypatch.setattr(upd, "accumulate_gradients", fake)
+    state = RunState(policy=policy, reference=policy, opt=torch.optim.SGD(policy.parameters()),
+                     sampler=None, estimator=None,
+                     rngs={"shuffle": torch.Generator().manual_seed(0)})
+    out = update(state, batch, None, "token-mean", cfg, lr=1e-3, step=1)
+    assert out["train/updates"] == 3 and out["loss/x"] == pytest.approx(3.0)
+    assert state.counters.skipped == 1 and state.counters.nonfinite_streak == 0
