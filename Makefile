@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lmpo train --config configs/demo.yaml --run-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks experiments
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 define run_pytest
