@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,12 +23,22 @@ def machine(threads: int) -> str:
     return f"{platform.machine()}, {model}, {os.cpu_count()} cores, {threads} torch threads"
 
 
+def commit() -> str:
+    """The checked-out commit, with "+changes" if the working tree differs from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def write_result(name: str, payload: dict, *, threads: int = 2) -> Path:
-    """Write results/<name>.json with the command that produced it and the machine."""
+    """Write results/<name>.json with the command, the commit and the machine."""
     path = RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     head = {"command": f"python benchmarks/{name}.py " + " ".join(sys.argv[1:]),
-            "machine": machine(threads)}
+            "commit": commit(), "machine": machine(threads)}
     path.write_text(json.dumps(head | payload, indent=2) + "\n")
     print(f"wrote {path}")
     return path

@@ -4,7 +4,8 @@ Full step: `lmpo train` with the default group preset (configs/grpo.yaml) on the
 warm-started nano policy (`time/step` from metrics.jsonl: rollout, scoring,
 advantages, update, diagnostics; evaluation and checkpoints are off). Bare
 parts: the rollout engine alone sampling a batch of the same size and settings,
-plus one forward+backward of the policy over those same tokens. Both are
+plus the preset's epochs x minibatches forward+backward passes of the policy
+over those same tokens. Both are
 normalised per generated token (batches differ in length), medians over steps.
 
     python benchmarks/step_overhead.py [--policy runs/sft/chain_sum_nano] [--steps 40]
@@ -36,7 +37,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:
-    """Seconds per generated token of sample() + one forward/backward over its tokens."""
+    """Seconds per generated token of sample() + the preset's forward/backward passes."""
     policy, tok = load_policy(policy_dir)
     task = get_task(cfg.task)
     rng = random.Random(seed)
@@ -52,9 +53,11 @@ def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> lis
                    pad_token_id=tok.pad_token_id, generator=gen)
         policy.train()
         ids, mask = r.full_sequences()
-        logp, _ = forward_logprobs(policy, ids, mask, r.response_ids)
-        (logp * r.response_mask).sum().backward()
-        policy.zero_grad(set_to_none=True)
+        for _ in range(cfg.optim.epochs):
+            for mb in torch.arange(len(ids)).chunk(cfg.optim.minibatches):
+                logp, _ = forward_logprobs(policy, ids[mb], mask[mb], r.response_ids[mb])
+                (logp * r.response_mask[mb]).sum().backward()
+                policy.zero_grad(set_to_none=True)
         per_token.append((time.perf_counter() - t0) / r.num_generated)
     return per_token
 
@@ -84,6 +87,7 @@ def main() -> None:
     bare = bare_parts(policy_dir, cfg, len(rows))
     result = {
         "preset": args.preset, "batch": cfg.rollout.batch_size,
+        "minibatches": cfg.optim.minibatches, "epochs": cfg.optim.epochs,
         "max_new_tokens": cfg.rollout.max_new_tokens, "measured_steps": len(rows),
         "full_step_us_per_token": 1e6 * statistics.median(full),
         "bare_parts_us_per_token": 1e6 * statistics.median(bare),
