@@ -3,7 +3,8 @@
 Full step: `lmpo train` with the default group preset (configs/grpo.yaml) on the
 warm-started nano policy (`time/step` from metrics.jsonl: rollout, scoring,
 advantages, update, diagnostics; evaluation and checkpoints are off). Bare
-parts: the rollout engine alone sampling a batch of the same size and settings,
+parts: the rollout engine alone sampling a batch of the same size, settings and
+tiers,
 plus the preset's epochs x minibatches forward+backward passes of the policy
 over those same tokens. Both are
 normalised per generated token (batches differ in length), medians over steps.
@@ -44,8 +45,10 @@ def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> lis
     gen = torch.Generator().manual_seed(seed)
     per_token = []
     for _ in range(repeats):
-        problems = [p for p in task.sample(cfg.rollout.batch_size // cfg.rollout.group_size, rng)
-                    for _ in range(cfg.rollout.group_size)]
+        n = cfg.rollout.batch_size // cfg.rollout.group_size
+        tiers = cfg.rollout.clusters or [None]  # the tiers the run trains on: the same work
+        drawn = [task.sample(1, rng, cluster=tiers[i % len(tiers)])[0] for i in range(n)]
+        problems = [p for p in drawn for _ in range(cfg.rollout.group_size)]
         t0 = time.perf_counter()
         policy.eval()
         r = sample(policy, [tok.encode(p.prompt) for p in problems],
