@@ -6,7 +6,7 @@ advantages, update, diagnostics; evaluation and checkpoints are off). Bare
 parts: the rollout engine alone sampling a batch of the same size, settings and
 tiers,
 plus the preset's epochs x minibatches forward+backward passes of the policy
-over those same tokens. Both are
+over those same tokens, each followed by an AdamW step. Both are
 normalised per generated token (batches differ in length), medians over steps.
 
     python benchmarks/step_overhead.py [--policy runs/sft/chain_sum_nano] [--steps 40]
@@ -38,11 +38,13 @@ ROOT = Path(__file__).parent.parent
 
 
 def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:
-    """Seconds per generated token of sample() + the preset's forward/backward passes."""
+    """Seconds per generated token of sample() + the preset's forward/backward passes and
+    optimiser steps."""
     policy, tok = load_policy(policy_dir)
     task = get_task(cfg.task)
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-12)  # the update's arithmetic only
     per_token = []
     for _ in range(repeats):
         n = cfg.rollout.batch_size // cfg.rollout.group_size
@@ -60,7 +62,8 @@ def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> lis
             for mb in torch.arange(len(ids)).chunk(cfg.optim.minibatches):
                 logp, _ = forward_logprobs(policy, ids[mb], mask[mb], r.response_ids[mb])
                 (logp * r.response_mask[mb]).sum().backward()
-                policy.zero_grad(set_to_none=True)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
         per_token.append((time.perf_counter() - t0) / r.num_generated)
     return per_token
 
