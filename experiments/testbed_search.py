@@ -49,6 +49,10 @@ GRIDS = {
     "espo_beta_low": {"espo.beta": ["0.5", "0.25"], "seed": ["0"]},
     # the actor-critic base (run with --preset configs/ppo_clip.yaml): PPO's token count
     "ppo": {"seed": ["0"]},
+    # the espo preset as committed (beta 0.5, relative warm-up from the first step)
+    "espo_preset": {"seed": ["0"]},
+    # the chosen testbed on two seeds the search never saw
+    "fresh_seeds": {"seed": ["3", "4"]},
 }
 # every grid but "confirm" overrides the preset with these
 SEARCH_FIXED = ["steps=600", "rollout.batch_size=64", "rollout.group_size=8",
@@ -57,7 +61,8 @@ SEARCH_FIXED = ["steps=600", "rollout.batch_size=64", "rollout.group_size=8",
 FIXED = {"confirm": ["log.eval_every=100", "log.tensorboard=false"],
          "stability": ["log.eval_every=100", "log.tensorboard=false"],
          "espo_beta": ["log.tensorboard=false"], "espo_beta_low": ["log.tensorboard=false"],
-         "ppo": ["log.tensorboard=false"]}
+         "ppo": ["log.tensorboard=false"], "espo_preset": ["log.tensorboard=false"],
+         "fresh_seeds": ["log.tensorboard=false"]}
 
 
 def run_one(overrides: list[str], preset: str) -> dict:
