@@ -2,9 +2,10 @@
 
 Same tiny policy and tokenizer, 16 prompts x G = 4, 32 new tokens, temperature
 1, one optimiser step per rollout, the same loss (PPO-clip, eps 0.2, token-mean
-= TRL's loss_type "dapo"), no KL, lr 5e-5, the chain-sum task's checker as the
-reward. The two run alternately (TRL, lmpo, TRL, lmpo); a step's time is the
-wall time between consecutive step ends (everything the trainer does per step),
+= TRL's loss_type "dapo"), no KL, lr 5e-5, every chain-sum tier, the task's
+checker as the reward (partial credit included, on both sides). The two run
+alternately (TRL, lmpo, TRL, lmpo); a step's time is the wall time between
+consecutive step ends (everything the trainer does per step),
 median over the steps after the first three of each round. TRL runs with a
 constant learning rate and no warm-up, like lmpo's run. Reward: mean training
 reward of each round's last 5 steps, mean ± standard error over rounds.
@@ -28,7 +29,6 @@ from common import write_result
 import lmpo.trainer.loop as loop
 from lmpo.models import build_policy, build_tokenizer, load_policy, num_parameters, save_policy
 from lmpo.tasks import get_task
-from lmpo.tasks.base import extract_answer
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.config import load_config
 from lmpo.trainer.train_config import TrainConfig
@@ -43,12 +43,13 @@ def trl_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list[
     from trl import GRPOConfig, GRPOTrainer
 
     model, tok = load_policy(policy_dir)
-    problems = get_task("chain_sum").sample(PROMPTS * steps, random.Random(seed))
-    data = Dataset.from_dict({"prompt": [p.prompt for p in problems],
-                              "answer": [p.answer for p in problems]})
+    task = get_task("chain_sum")
+    problems = task.sample(PROMPTS * steps, random.Random(seed))
+    by_prompt = {p.prompt: p for p in problems}
+    data = Dataset.from_dict({"prompt": [p.prompt for p in problems]})
 
-    def reward(completions, answer, **kwargs):
-        return [float(extract_answer(c) == a) for c, a in zip(completions, answer, strict=True)]
+    def reward(prompts, completions, **kwargs):  # the task's own scorer, as lmpo train uses
+        return [task.score(by_prompt[p], c) for p, c in zip(prompts, completions, strict=True)]
 
     ends: list[float] = []
 
@@ -84,7 +85,10 @@ def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list
         f"rollout.batch_size={PROMPTS * G}", f"rollout.group_size={G}",
         f"rollout.max_new_tokens={NEW}", "rollout.dynamic_sampling=false",
         "loss.hparams={eps_low: 0.2, eps_high: 0.2}", "log.eval_every=100000",
-        "log.checkpoint_every=100000", "log.eval_per_tier=1", "optim.warmup_steps=0"])
+        "log.checkpoint_every=100000", "log.eval_per_tier=1", "optim.warmup_steps=0",
+        # one optimiser step per rollout over every tier, as TRL's run below
+        "optim.minibatches=1", "rollout.clusters=null", "log.eval_temperature=0",
+        "log.eval_samples=1"])
     loop.append_row = timed_append
     try:
         start = time.perf_counter()
