@@ -16,7 +16,6 @@ import json
 import random
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from common import write_result
@@ -24,6 +23,7 @@ from common import write_result
 from lmpo.models import ValueModel, build_policy, build_tokenizer, load_policy, num_parameters
 from lmpo.rollout import IncrementalValues, sample
 from lmpo.tasks import get_task
+from lmpo.trainer.warmstart import resolve_policy
 
 
 def hf_generate(model, tok, prompts, max_new, seed):
@@ -69,9 +69,10 @@ def measure(model, critic, tok, prompts, args) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["nano", "small"])
-    ap.add_argument("--nano-policy", default="runs/sft/chain_sum_nano",
-                    help="warm-started nano policy (its responses end at EOS like in RL); "
-                         "'none' or a missing folder = random initialisation")
+    ap.add_argument("--nano-policy", default="nano-chain-sum",
+                    help="warm-started nano policy (its responses end at EOS like in RL): a "
+                         "folder or a warm-start preset (built on first use); 'none' = random "
+                         "initialisation")
     ap.add_argument("--batches", nargs="+", type=int, default=[64, 256])
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
@@ -82,8 +83,9 @@ def main() -> None:
     task = get_task("chain_sum")
     rows = []
     for size in args.sizes:
-        trained = size == "nano" and Path(args.nano_policy, "config.json").exists()
-        model = (load_policy(args.nano_policy)[0] if trained else build_policy(size, tok)).eval()
+        trained = size == "nano" and args.nano_policy != "none"
+        model = (load_policy(resolve_policy(args.nano_policy))[0] if trained
+                 else build_policy(size, tok)).eval()
         critic = IncrementalValues(ValueModel.from_policy(model).eval())
         for bsz in args.batches:
             problems = task.sample(bsz, random.Random(bsz))

@@ -1,6 +1,6 @@
 """A full lmpo training step vs the sum of its bare parts, in one process.
 
-Full step: `lmpo train` with the default group preset (configs/grpo.yaml) on the
+Full step: `lmpo train` with the default group preset (`grpo`, the testbed) on the
 warm-started nano policy (`time/step` from metrics.jsonl: rollout, scoring,
 advantages, update, diagnostics; evaluation and checkpoints are off). Bare
 parts: the rollout engine alone sampling a batch of the same size, settings and
@@ -9,7 +9,7 @@ plus the preset's epochs x minibatches forward+backward passes of the policy
 over those same tokens, each followed by an AdamW step. Both are
 normalised per generated token (batches differ in length), medians over steps.
 
-    python benchmarks/step_overhead.py [--policy runs/sft/chain_sum_nano] [--steps 40]
+    python benchmarks/step_overhead.py [--policy nano-chain-sum] [--steps 40]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from common import write_result
 
-from lmpo.models import build_policy, build_tokenizer, load_policy, save_policy
+from lmpo.models import load_policy
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
 from lmpo.trainer.batch import forward_logprobs
@@ -33,8 +33,7 @@ from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
-
-ROOT = Path(__file__).parent.parent
+from lmpo.trainer.warmstart import resolve_policy
 
 
 def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:
@@ -70,19 +69,16 @@ def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> lis
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--policy", default=str(ROOT / "runs/sft/chain_sum_nano"))
+    ap.add_argument("--policy", default="nano-chain-sum",
+                    help="a model folder or a warm-start preset (built on first use)")
     ap.add_argument("--preset", default="grpo")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    policy_dir = Path(args.policy)
+    policy_dir = resolve_policy(args.policy)
     tmp = Path(tempfile.mkdtemp())
-    if not (policy_dir / "config.json").exists():
-        print(f"{policy_dir} missing: using a random nano policy (run `lmpo sft` for the real one)")
-        tok = build_tokenizer()
-        policy_dir = save_policy(build_policy("nano", tok), tok, tmp / "policy0")
-    cfg = load_config(TrainConfig, ROOT / "configs" / f"{args.preset}.yaml", [
+    cfg = load_config(TrainConfig, args.preset, [
         f"policy={policy_dir}", f"steps={args.steps}", "log.eval_every=100000",
         "log.checkpoint_every=100000", "log.eval_per_tier=1", "log.tensorboard=true"])
     train(cfg, tmp / "run", progress=False)

@@ -32,8 +32,8 @@ from lmpo.tasks import get_task
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.config import load_config
 from lmpo.trainer.train_config import TrainConfig
+from lmpo.trainer.warmstart import resolve_policy
 
-ROOT = Path(__file__).parent.parent
 PROMPTS, G, NEW, LR = 16, 4, 32, 5e-5
 
 
@@ -80,7 +80,7 @@ def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list
         real_append(path, row)
         ends.append(time.perf_counter())
 
-    cfg = load_config(TrainConfig, ROOT / "configs" / "dapo.yaml", [
+    cfg = load_config(TrainConfig, "dapo", [
         f"policy={policy_dir}", f"steps={steps}", f"seed={seed}", f"optim.lr={LR}",
         f"rollout.batch_size={PROMPTS * G}", f"rollout.group_size={G}",
         f"rollout.max_new_tokens={NEW}", "rollout.dynamic_sampling=false",
@@ -113,9 +113,8 @@ def main() -> None:
     tok = build_tokenizer()
     rows = []
     for size in args.sizes:
-        trained = ROOT / "runs/sft/chain_sum_nano"
-        if size == "nano" and (trained / "config.json").exists():
-            policy_dir, weights = trained, "warm-started"
+        if size == "nano":
+            policy_dir, weights = resolve_policy("nano-chain-sum"), "warm-started"
         else:
             policy_dir = save_policy(build_policy(size, tok), tok, tmp / f"{size}-init")
             weights = "random init"

@@ -22,6 +22,8 @@ from lmpo.trainer.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 
+# The pilot and sampled grids name the warm starts they were run with: lmpo sft --config
+# nano-chain-sum --out runs/sft/chain_sum_nano (and steps=300 / 500 for nano_300 / nano_500).
 GRIDS = {
     # warm-start length x training tiers x learning rate, one seed each
     "pilot": {
@@ -39,15 +41,15 @@ GRIDS = {
         "log.eval_temperature": ["1.0"],
         "log.eval_samples": ["4"],
     },
-    # the chosen testbed (configs/base.yaml, as the grpo preset) in three seeds
+    # the chosen testbed (the base preset, as `grpo`) in three seeds
     "confirm": {"seed": ["0", "1", "2"]},
     # the base at 300 steps ended one seed in a dip: longer runs, and a lower lr
     "stability": {"optim.lr": ["3e-5", "2e-5"], "seed": ["0", "1", "2"], "steps": ["600"]},
-    # ESPO's hand-set beta on the pilot seed (run with --preset configs/espo.yaml)
+    # ESPO's hand-set beta on the pilot seed (run with --preset espo)
     "espo_beta": {"espo.beta": ["1.0", "2.0", "4.0"], "seed": ["0"]},
     # beta 1 saved under 2% of the tokens: lower thresholds
     "espo_beta_low": {"espo.beta": ["0.5", "0.25"], "seed": ["0"]},
-    # the actor-critic base (run with --preset configs/ppo_clip.yaml): PPO's token count
+    # the actor-critic base (run with --preset ppo_clip): PPO's token count
     "ppo": {"seed": ["0"]},
     # the espo preset as committed (beta 0.5, relative warm-up from the first step)
     "espo_preset": {"seed": ["0"]},
@@ -97,7 +99,7 @@ def run_one(overrides: list[str], preset: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--grid", choices=sorted(GRIDS), required=True)
-    ap.add_argument("--preset", default="configs/grpo.yaml")
+    ap.add_argument("--preset", default="grpo", help="a train preset name or a YAML file")
     ap.add_argument("--out", required=True)
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value for every run")
     args = ap.parse_args()

@@ -11,6 +11,14 @@ settings.load_profile("lmpo")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def lmpo_home(tmp_path_factory):
+    """Tests never read or write the user's cache of warm-start policies."""
+    home = tmp_path_factory.mktemp("lmpo_home")
+    os.environ["LMPO_HOME"] = str(home)
+    return home
+
+
 @pytest.fixture(scope="session")
 def tiny_policy_dir(tmp_path_factory):
     """A randomly initialised nano policy saved as a Hugging Face folder."""
@@ -24,7 +32,7 @@ def tiny_policy_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory):
-    """A nano policy warm-started on chain sums as `configs/sft_chain_sum.yaml` does
+    """A nano policy warm-started on chain sums as the `nano-chain-sum` SFT preset does
     (800 steps, ~70 s): the testbed's starting point, shared by the SFT and RL tests."""
     from lmpo.trainer.config import load_config
     from lmpo.trainer.sft import SFTConfig, run_sft

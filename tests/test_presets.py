@@ -4,18 +4,17 @@ its method defines, and in each ratio preset the mechanism visibly acts."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
+from lmpo import presets
 from lmpo.trainer.config import ConfigError, load_config, read_yaml, to_dict
 from lmpo.trainer.loop import train
 from lmpo.trainer.resume import flatten
 from lmpo.trainer.train_config import TrainConfig
 
-CONFIGS = Path(__file__).parent.parent / "configs"
-PRESETS = sorted(p.stem for p in CONFIGS.glob("*.yaml") if not p.stem.startswith("sft_"))
+PRESETS = presets.names("train")
 BASES = {"base", "base_ac"}
 
 # What each method defines (methods.md, "Presets, matched comparisons ..."); `x.*` is any
@@ -44,7 +43,7 @@ METHOD_KEYS = {
 
 def resolved(name: str) -> dict:
     """The preset's resolved config, flattened to dotted keys (hyper-parameters too)."""
-    cfg = load_config(TrainConfig, CONFIGS / f"{name}.yaml")
+    cfg = load_config(TrainConfig, name)
     flat = flatten(to_dict(cfg))
     flat |= {f"{section}.hparams.{k}": v for section in ("loss", "advantage")
              for k, v in getattr(cfg, section).hparams.items()}
@@ -61,7 +60,7 @@ def test_every_preset_declares_what_its_method_defines():
 
 @pytest.mark.parametrize("name", sorted(METHOD_KEYS))
 def test_a_method_preset_differs_from_its_base_only_in_its_method(name):
-    parent = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["extends"]
+    parent = yaml.safe_load(presets.find(name, "train").read_text())["extends"]
     mine, theirs = resolved(name), resolved(parent)
     diff = {k for k in set(mine) | set(theirs)
             if mine.get(k, "<unset>") != theirs.get(k, "<unset>")}
@@ -131,7 +130,7 @@ def test_the_mechanism_acts_in_the_first_20_steps(name, sft_run, tmp_path):
     """Each ratio preset, as configured (batch, G, minibatching), from the warm-started
     nano policy: its own diagnostic is non-zero. With one on-policy update per batch
     these were all 0 (the ratio is 1 up to float noise)."""
-    cfg = load_config(TrainConfig, CONFIGS / f"{name}.yaml", [
+    cfg = load_config(TrainConfig, name, [
         f"policy={sft_run[0]}", "steps=20", "log.eval_every=1000", "log.eval_per_tier=4",
         "log.tensorboard=false", "log.policy_kl_every=1000", "log.checkpoint_every=1000"])
     train(cfg, tmp_path / "run", progress=False)

@@ -24,12 +24,11 @@ from lmpo.trainer.checkpoint import (
 )
 from lmpo.trainer.faults import CRASH_EXIT_CODE
 
-CONFIGS = Path(__file__).parent.parent / "configs"
 STEPS = 6
 
 
 def command(preset, policy, run_dir, resume=False, extra=()):
-    args = [sys.executable, "-m", "lmpo.cli", "train", "--config", str(CONFIGS / f"{preset}.yaml"),
+    args = [sys.executable, "-m", "lmpo.cli", "train", "--config", preset,
             "--run-dir", str(run_dir), "--quiet", f"policy={policy}", f"steps={STEPS}",
             "rollout.batch_size=16", "rollout.max_new_tokens=8", "rollout.pool_size=64",
             "log.eval_per_tier=4", "log.eval_every=3", "log.checkpoint_every=1",

@@ -5,24 +5,23 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
 
+from lmpo import presets
 from lmpo.cli import main
 from lmpo.trainer.config import ConfigError, load_config
 from lmpo.trainer.loop import NonFiniteError, train
 from lmpo.trainer.train_config import TrainConfig
 
-CONFIGS = Path(__file__).parent.parent / "configs"
-PRESETS = sorted(p.stem for p in CONFIGS.glob("*.yaml") if not p.stem.startswith("sft_"))
+PRESETS = presets.names("train")
 TINY = ["rollout.batch_size=8", "rollout.max_new_tokens=6", "rollout.pool_size=64",
         "log.eval_per_tier=4", "log.eval_max_new_tokens=6", "log.tensorboard=false"]
 
 
 def tiny_cfg(policy_dir, preset="grpo", extra=()):
-    return load_config(TrainConfig, CONFIGS / f"{preset}.yaml",
+    return load_config(TrainConfig, preset,
                        [f"policy={policy_dir}", *TINY, *extra])
 
 
@@ -87,7 +86,7 @@ def test_every_preset_loads_builds_and_runs_one_step(preset, tiny_policy_dir, tm
 def test_bad_config_fails_before_any_work(preset, override, msg, tmp_path, capsys,
                                           tiny_policy_dir):
     run_dir = tmp_path / "never"
-    rc = main(["train", "--config", str(CONFIGS / f"{preset}.yaml"), "--run-dir", str(run_dir),
+    rc = main(["train", "--config", preset, "--run-dir", str(run_dir),
                f"policy={tiny_policy_dir}",
                *(override if isinstance(override, tuple) else [override])])
     assert rc == 2
@@ -96,9 +95,11 @@ def test_bad_config_fails_before_any_work(preset, override, msg, tmp_path, capsy
 
 
 def test_missing_policy_and_existing_run_dir_are_clear_errors(tmp_path, tiny_policy_dir, capsys):
-    rc = main(["train", "--config", str(CONFIGS / "grpo.yaml"), "--run-dir", str(tmp_path / "r"),
+    rc = main(["train", "--config", "grpo", "--run-dir", str(tmp_path / "r"),
                "policy=/nonexistent/policy"])
-    assert rc == 2 and "run `lmpo sft` first" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "policy '/nonexistent/policy' is neither a Hugging Face model" in err
+    assert "warm-start presets: nano-chain-sum" in err and not (tmp_path / "r").exists()
     cfg = tiny_cfg(tiny_policy_dir, extra=["steps=1"])
     train(cfg, tmp_path / "r", progress=False)
     with pytest.raises(ConfigError, match="already holds a run"):
@@ -174,7 +175,7 @@ def test_end_to_end_learning_raises_reward(sft_run, tmp_path, preset, steps):
     the probe's noise (std ~0.016) and fails if the update does nothing or pushes the wrong
     way (e.g. a flipped advantage sign drives the reward down)."""
     policy_dir, _ = sft_run
-    cfg = load_config(TrainConfig, CONFIGS / f"{preset}.yaml", [
+    cfg = load_config(TrainConfig, preset, [
         f"policy={policy_dir}", f"steps={steps}", "log.eval_every=1000", "log.eval_per_tier=10",
         "log.tensorboard=false", "log.policy_kl_every=1000"])
     assert cfg.rollout.clusters == ["t3d1"]

@@ -1,4 +1,4 @@
-"""The `lmpo` command line: sft, train, eval."""
+"""The `lmpo` command line: sft, train, eval, presets (also `python -m lmpo`)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ from lmpo import __version__
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmpo", description="RL post-training of language models: policy optimisation.")
-    parser.add_argument("--version", action="version", version=f"lmpo {__version__}")
+    parser.add_argument("--version", action="store_true",
+                        help="print lmpo's version with torch, transformers, verl and TRL's")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sft = sub.add_parser("sft", help="supervised warm start of a tiny policy")
-    sft.add_argument("--config", help="YAML config (defaults if omitted)")
+    sft.add_argument("--config", help="an SFT preset name (`lmpo presets`) or a YAML file "
+                                      "(defaults if omitted)")
     sft.add_argument("--out", help="output folder (overrides the config's out)")
     sft.add_argument("overrides", nargs="*", metavar="key=value")
 
     tr = sub.add_parser("train", help="RL-train a policy with any registered loss and advantage")
-    tr.add_argument("--config", required=True, help="a preset from configs/ or your own YAML")
+    tr.add_argument("--config", required=True,
+                    help="a train preset name (`lmpo presets`) or a YAML file")
     tr.add_argument("--run-dir", required=True, help="where metrics, checkpoints and the policy go")
     tr.add_argument("--steps", type=int, help="override the config's steps")
     tr.add_argument("--seed", type=int, help="override the config's seed")
@@ -33,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="held-out accuracy and reward per tier of a model or run")
     src = ev.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="a Hugging Face model folder")
+    src.add_argument("--model", help="a Hugging Face model folder or a warm-start preset name")
     src.add_argument("--run", help="a run directory: its final policy on the run's own task, "
                                    "tiers and held-out set")
     ev.add_argument("--task", help="task for --model (default chain_sum; a run uses its own)")
@@ -45,7 +48,43 @@ def build_parser() -> argparse.ArgumentParser:
                     help="0 = greedy (default; a run uses its own log.eval_temperature)")
     ev.add_argument("--samples", type=int, help="completions per problem at temperature > 0")
     ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
+
+    sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
     return parser
+
+
+def version_line() -> str:
+    """lmpo's version and the versions that matter in a bug report."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist in ("torch", "transformers", "verl", "trl"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"lmpo {__version__} ({', '.join(parts)})"
+
+
+def cmd_presets(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from lmpo import presets
+
+    table = Table(title="lmpo presets: --config NAME (or a YAML file of your own)")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for kind, command in (("train", "lmpo train"), ("sft", "lmpo sft / policy:"),
+                          ("experiment", "lmpo compare")):
+        rows = presets.list_presets(kind)
+        for i, (name, text) in enumerate(rows):
+            table.add_row(f"{kind} ({command})" if i == 0 else "", name, text)
+        if not rows:
+            table.add_row(f"{kind} ({command})", "-", "none yet")
+        table.add_section()
+    Console(width=max(120, Console().width)).print(table)
+    return 0
 
 
 def cmd_sft(args) -> int:
@@ -78,12 +117,10 @@ def cmd_train(args) -> int:
     overrides += [f"steps={args.steps}"] if args.steps is not None else []
     overrides += [f"seed={args.seed}"] if args.seed is not None else []
     cfg = load_config(TrainConfig, args.config, overrides)
-    if not Path(cfg.policy, "config.json").exists():
-        raise FileNotFoundError(f"starting policy {cfg.policy} not found: run `lmpo sft` first "
-                                "(or set policy=DIR to a Hugging Face model folder)")
-    summary = train(cfg, args.run_dir, resume=args.resume, progress=not args.quiet)
+    summary = train(cfg, args.run_dir, resume=args.resume, progress=not args.quiet,
+                    verbose=True)
     Console().print(accuracy_table({"before": summary["before"], "after": summary["after"]},
-                                   title=f"{Path(args.config).stem}: held-out set"))
+                                   title=f"{Path(str(args.config)).stem}: held-out set"))
     print(f"run directory: {args.run_dir}")
     return 0
 
@@ -98,6 +135,7 @@ def cmd_eval(args) -> int:
     from lmpo.trainer.config import load_config
     from lmpo.trainer.evaluate import accuracy_table, evaluate
     from lmpo.trainer.train_config import TrainConfig
+    from lmpo.trainer.warmstart import resolve_policy
 
     torch.set_num_threads(2)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
@@ -114,7 +152,7 @@ def cmd_eval(args) -> int:
     max_new = args.max_new_tokens or max_new
     temp = temp if args.temperature is None else args.temperature
     samples = args.samples or (samples if temp > 0 else 1)
-    model_dir = Path(args.model) if args.model else Path(args.run) / "policy"
+    model_dir = resolve_policy(args.model) if args.model else Path(args.run) / "policy"
     model, tokenizer = load_policy(model_dir)
     task = get_task(task_name)
     heldout = heldout_split(task, per_tier)
@@ -128,7 +166,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval}
+COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        print(version_line())
+        return 0
     if args.command is None:
         parser.print_help()
         return 0

@@ -4,8 +4,10 @@ Unknown keys are errors that name the nearest valid key; values are parsed as
 YAML scalars (`lr=3e-4`, `loss.hparams={beta1: 0.5}`) and type-checked against
 the field's declared type.
 
-A YAML file may start from another with `extends: NAME` (a preset next to it,
-`NAME.yaml`) or `extends: path/to/file.yaml` (relative to the extending file).
+A config is a YAML file or the name of a shipped preset (`lmpo.presets`). A
+file may start from another with `extends: NAME` (`NAME.yaml` next to it, else
+the shipped preset of that name) or `extends: path/to/file.yaml` (relative to
+the extending file).
 Mappings merge key by key, the extending file winning; any other value (lists
 included) is replaced. A section that names a different function (`loss.name`,
 `advantage.name`) does not inherit the parent's `hparams`: hyper-parameters
@@ -22,11 +24,12 @@ from typing import Any
 
 import yaml
 
+from lmpo import presets
+from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError", "apply_override", "build", "load_config", "merge", "read_yaml",
+           "save_config", "to_dict"]
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -122,23 +125,26 @@ def merge(base: dict, child: dict) -> dict:
     return out
 
 
-def resolve_extends(target: str, relative_to: Path) -> Path:
+def resolve_extends(target: str, relative_to: Path, kind: str) -> Path:
     """The file an `extends:` value names: a path (relative to the extending file's
-    folder) or a preset name (`NAME.yaml` in that folder)."""
+    folder), `NAME.yaml` next to it, or the shipped preset NAME of `kind`."""
     candidate = Path(target)
     if candidate.suffix not in (".yaml", ".yml"):
         candidate = candidate.with_name(candidate.name + ".yaml")
     path = candidate if candidate.is_absolute() else relative_to / candidate
-    if not path.exists():
-        raise ConfigError(f"extends: {target!r} names no file ({path} does not exist)")
-    return path
+    if path.exists():
+        return path
+    shipped = None if presets.looks_like_file(target) else presets.find(target, kind)
+    if shipped is None:
+        raise ConfigError(f"extends: {target!r} names no file ({path} does not exist) and no "
+                          f"{kind} preset; {kind} presets: {', '.join(presets.names(kind))}")
+    return shipped
 
 
-def read_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
-    """A YAML config file as a mapping, with its `extends:` chain merged in."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+def read_yaml(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] = ()) -> dict:
+    """A YAML config (a file, or a preset name of `kind`) as a mapping, with its
+    `extends:` chain merged in."""
+    path = presets.resolve(path, kind)
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
@@ -147,17 +153,18 @@ def read_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
         return data
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends must be a preset name or a path, got {parent!r}")
-    parent_path = resolve_extends(parent, path.parent).resolve()
+    parent_path = resolve_extends(parent, path.parent, kind).resolve()
     chain = (*_chain, path.resolve())
     if parent_path in chain:
         cycle = " -> ".join(str(p.name) for p in (*chain, parent_path))
         raise ConfigError(f"extends cycle: {cycle}")
-    return merge(read_yaml(parent_path, chain), data)
+    return merge(read_yaml(parent_path, kind, chain), data)
 
 
 def load_config(cls, path: str | Path | None, overrides: list[str] | None = None):
-    """Load `cls` from YAML `path` (or defaults if None), then apply `key=value` overrides."""
-    data: dict = {} if path is None else read_yaml(path)
+    """Load `cls` from a YAML file or preset name (of `cls.preset_kind`; defaults if None),
+    then apply `key=value` overrides."""
+    data: dict = {} if path is None else read_yaml(path, getattr(cls, "preset_kind", "train"))
     for assignment in overrides or []:
         apply_override(data, assignment, cls)
     return build(cls, data)

@@ -47,13 +47,17 @@ from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
 from lmpo.trainer.update import NonFiniteError, TrainBatch, update
+from lmpo.trainer.warmstart import resolve_policy
 
 __all__ = ["NonFiniteError", "train", "train_step", "training_pool"]
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          progress: bool = True) -> dict:
-    """Run (or resume) `cfg` in `run_dir`; returns {"before": eval, "after": eval, ...}."""
+          progress: bool = True, verbose: bool | None = None) -> dict:
+    """Run (or resume) `cfg` in `run_dir`; returns {"before": eval, "after": eval, ...}.
+
+    `progress` shows the progress bars; `verbose` (default: as `progress`) prints the
+    held-out counts."""
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.jsonl"
     if not resume and read_rows(metrics_path):
@@ -63,13 +67,14 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume:
         check_resumable(run_dir / "config.yaml", cfg)
+    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build the warm start
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
 
     # ================================================================ setup
     bound = cfg.bind()
-    policy, tok = load_policy(cfg.policy)
+    policy, tok = load_policy(policy_dir)
     policy.train()
     task = get_task(cfg.task)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
@@ -87,8 +92,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         controller=bound.controller,
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
-    if progress:
-        print(f"held-out set ({cfg.task}): {heldout.describe()}")
+    if progress if verbose is None else verbose:
+        print(f"held-out set ({cfg.task}): {heldout.describe()}", flush=True)
 
     def run_eval():
         return evaluate(policy, tok, task, heldout.problems,

@@ -8,6 +8,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -20,6 +21,7 @@ from lmpo.trainer.evaluate import evaluate
 
 @dataclass
 class SFTConfig:
+    preset_kind: ClassVar[str] = "sft"
     task: str = "chain_sum"
     """Built-in task name (see lmpo.tasks.TASKS)."""
     size: str = "nano"

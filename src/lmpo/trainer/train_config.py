@@ -1,12 +1,12 @@
 """`lmpo train` configuration: nested dataclasses, every field documented.
 
-Defaults follow methods.md; the presets in configs/ set each method's choices.
+Defaults follow methods.md; the shipped presets (`lmpo presets`) set each method's choices.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from lmpo.registry import nearest
 from lmpo.trainer.config import ConfigError
@@ -146,10 +146,12 @@ class LogConfig:
 
 @dataclass
 class TrainConfig:
+    preset_kind: ClassVar[str] = "train"
     task: str = "chain_sum"
     """A built-in task (chain_sum, products) or a path to a JSONL dataset."""
-    policy: str = "runs/sft/chain_sum_nano"
-    """Starting policy: a local Hugging Face folder (`lmpo sft` makes one)."""
+    policy: str = "nano-chain-sum"
+    """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
+    warm-started on first use, then reused from the user cache: `lmpo.trainer.warmstart`)."""
     steps: int = 40
     seed: int = 0
     threads: int = 2
@@ -157,6 +159,10 @@ class TrainConfig:
     """Consecutive non-finite updates tolerated (each is skipped) before the run stops."""
     scorer_errors: str = "raise"
     """"raise": a scorer exception stops the run; "zero": score 0 and count it."""
+    imports: list[str] = field(default_factory=list)
+    """Python modules (dotted names) or .py files imported before anything is built, so that
+    your own losses, estimators or controllers register themselves (README: your own
+    method)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -212,6 +218,7 @@ class TrainConfig:
         from lmpo.tasks import SAMPLER_KINDS, TASKS
 
         r, o, lg, e = self.rollout, self.optim, self.log, self.espo
+        import_user_modules(self.imports)
         names = list_advantages()
         if self.advantage.name not in names:
             raise ConfigError(f"unknown advantage {self.advantage.name!r}"
@@ -273,6 +280,37 @@ class TrainConfig:
             if not ok:
                 raise ConfigError(msg)
         self.bind()
+
+
+def import_user_modules(specs: list[str]) -> None:
+    """Import each module (a dotted name, or a .py file relative to the working directory)
+    once; errors name the entry."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    for spec in specs:
+        try:
+            if spec.endswith(".py"):
+                path = Path(spec).expanduser().resolve()
+                name = f"lmpo_user_{path.stem}_{abs(hash(str(path)))}"
+                if name in sys.modules:
+                    continue
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path} does not exist")
+                module_spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[name] = module
+                try:
+                    module_spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+            else:
+                importlib.import_module(spec)
+        except Exception as exc:
+            raise ConfigError(f"imports: {spec!r} failed: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass

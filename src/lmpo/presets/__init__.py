@@ -1,0 +1,71 @@
+"""The presets lmpo ships, resolvable by name from any directory.
+
+Three namespaces, one folder each inside the package (the repository's only
+copy): `train` (`lmpo train --config NAME`), `sft` (`lmpo sft --config NAME`,
+also the warm-start policies a train preset names in `policy:`) and `experiment`
+(`lmpo compare --config NAME`). A name may exist in more than one namespace.
+Anything that looks like a file (a `.yaml` suffix, a path separator, or an
+existing file) is a file. Each preset's first comment line is its description.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmpo.errors import ConfigError
+from lmpo.registry import nearest
+
+ROOT = Path(__file__).parent
+FOLDERS = {"train": "train", "sft": "sft", "experiment": "experiments"}
+
+
+def preset_dir(kind: str) -> Path:
+    if kind not in FOLDERS:
+        raise ValueError(f"unknown preset kind {kind!r}; kinds: {', '.join(FOLDERS)}")
+    return ROOT / FOLDERS[kind]
+
+
+def names(kind: str) -> list[str]:
+    return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
+
+
+def description(path: Path) -> str:
+    """The first comment line of a preset file (without the `#`)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+        if line.strip():
+            break
+    return ""
+
+
+def list_presets(kind: str) -> list[tuple[str, str]]:
+    """(name, description) of every preset of `kind`."""
+    return [(n, description(preset_dir(kind) / f"{n}.yaml")) for n in names(kind)]
+
+
+def looks_like_file(spec: str | Path) -> bool:
+    text = str(spec)
+    return Path(text).suffix in (".yaml", ".yml") or "/" in text or Path(text).is_file()
+
+
+def find(name: str, kind: str) -> Path | None:
+    """The preset file `name` of `kind`, or None."""
+    path = preset_dir(kind) / f"{name}.yaml"
+    return path if path.is_file() else None
+
+
+def resolve(spec: str | Path, kind: str) -> Path:
+    """A config given as a file path or as a preset name of `kind`."""
+    if looks_like_file(spec):
+        path = Path(spec)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    found = find(str(spec), kind)
+    if found is None:
+        valid = names(kind)
+        raise ConfigError(f"unknown {kind} preset {str(spec)!r}{nearest(str(spec), valid)}; "
+                          f"{kind} presets: {', '.join(valid) or 'none yet'} (or give a path "
+                          "to a YAML file)")
+    return found

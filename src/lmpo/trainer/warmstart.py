@@ -1,0 +1,71 @@
+"""Warm-start policies by name, built once per user and reused (`policy: nano-chain-sum`).
+
+A name is an SFT preset (`lmpo presets`). The first use runs that SFT into the
+user cache, `$LMPO_HOME/policies/<name>-<lmpo version>/` (`LMPO_HOME` defaults to
+`~/.cache/lmpo`); later uses load it. Concurrent first uses (two runs of a sweep)
+build it once: the builder holds an exclusive file lock, writes into a temporary
+folder next to the entry and renames it into place, so no reader ever sees a
+half-written folder. A path to a Hugging Face folder is used as it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from lmpo import __version__, presets
+from lmpo.errors import ConfigError
+
+HOME_ENV = "LMPO_HOME"
+
+
+def lmpo_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or "~/.cache/lmpo").expanduser()
+
+
+def cache_entry(name: str) -> Path:
+    return lmpo_home() / "policies" / f"{name}-{__version__}"
+
+
+def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
+                   ) -> Path:
+    """The model folder `spec` names: a local Hugging Face folder, or the cached (built on
+    first use) warm start of the SFT preset `spec`."""
+    path = Path(spec).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    if presets.looks_like_file(spec) or path.exists() or presets.find(spec, "sft") is None:
+        raise ConfigError(f"policy {spec!r} is neither a Hugging Face model folder (no "
+                          f"config.json there) nor a warm-start preset; warm-start presets: "
+                          f"{', '.join(presets.names('sft'))}")
+    return cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
+
+
+def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
+                  ) -> Path:
+    """The cache entry of SFT preset `name`, built under a file lock if it is missing."""
+    final = cache_entry(name)
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (final / "config.json").is_file():  # another process built it meanwhile
+            return final
+        from lmpo.trainer.config import load_config
+        from lmpo.trainer.sft import SFTConfig, run_sft
+
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            cfg = load_config(SFTConfig, name, [*sft_overrides, f"out={tmp}"])
+            print(f"lmpo: building the warm-start policy {name!r} on first use "
+                  f"({cfg.steps} SFT steps; cached in {final})", flush=True)
+            run_sft(cfg, progress=progress)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final
