@@ -4,13 +4,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-SFT_POLICY := runs/sft/chain_sum_nano
-
 # verl and TRL pin transformers ranges that exclude each other: one venv each.
 VERL_VENV := .venv-verl
 TRL_VENV := .venv-trl
+# the wheel is tested in an environment of its own, rebuilt every time
+WHEEL_VENV := .venv-wheel
 
-.PHONY: install demo test test-core test-verl test-trl lint bench clean
+.PHONY: install demo test test-core test-verl test-trl test-wheel lint bench clean
 
 install: $(STAMP)
 
@@ -19,11 +19,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Warm-start the tiny policy (reused if present), then a short CE-GPPO run that ends
-# with a before/after per-tier accuracy table. Each demo run gets its own directory.
+# CE-GPPO on the testbed; the warm-start policy is built into the user cache on first use
+# (reused after). Ends with a before/after table; each demo run gets its own directory.
 demo: $(STAMP)
-	test -f $(SFT_POLICY)/config.json || $(VENV)/bin/lmpo sft --config configs/sft_chain_sum.yaml
-	$(VENV)/bin/lmpo train --config configs/demo.yaml --run-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/lmpo train --config demo --run-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks experiments
@@ -35,7 +34,7 @@ define run_pytest
 	exit $$rc
 endef
 
-test: test-core test-verl test-trl
+test: test-core test-verl test-trl test-wheel
 
 test-core: lint
 	$(call run_pytest,$(PY),)
@@ -56,10 +55,20 @@ test-verl: $(VERL_VENV)/.installed-stamp
 test-trl: $(TRL_VENV)/.installed-stamp
 	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py)
 
+# Build the wheel, install it (and only it) into a fresh environment, then use it from an
+# empty directory: lmpo presets, lmpo train --config grpo --steps 2, lmpo eval.
+test-wheel:
+	rm -rf dist $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip wheel -q --no-deps -w dist .
+	$(WHEEL_VENV)/bin/python -m pip install -q dist/lmpo-*.whl
+	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
+
 bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py
 	$(PY) benchmarks/rollout_speed.py
 	$(PY) benchmarks/step_overhead.py
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) dist .pytest_cache .hypothesis \
+		.ruff_cache
