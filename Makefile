@@ -19,10 +19,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# CE-GPPO on the testbed; the warm-start policy is built into the user cache on first use
-# (reused after). Ends with a before/after table; each demo run gets its own directory.
+# A real, small comparison: GRPO vs CE-GPPO on the testbed, 2 seeds each (the `demo`
+# experiment), then its report. The warm-start policy is built into the user cache on
+# first use and reused after; a rerun resumes (finished runs are skipped).
 demo: $(STAMP)
-	$(VENV)/bin/lmpo train --config demo --run-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/lmpo compare --config demo --out runs/demo --jobs 2
+	$(VENV)/bin/lmpo report runs/demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks experiments

@@ -1,4 +1,5 @@
-"""The `lmpo` command line: sft, train, eval, presets (also `python -m lmpo`)."""
+"""The `lmpo` command line: sft, train, eval, compare, report, presets (also
+`python -m lmpo`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from lmpo import __version__
+from lmpo.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +51,46 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--samples", type=int, help="completions per problem at temperature > 0")
     ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
 
+    cp = sub.add_parser("compare", help="run every arm x seed of an experiment (resumable)")
+    cp.add_argument("--config", required=True,
+                    help="an experiment preset name (`lmpo presets`) or a YAML file")
+    cp.add_argument("--out", required=True, help="the sweep's directory (rerun to resume)")
+    cp.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the file's")
+    cp.add_argument("--steps", type=int, help="override the experiment's steps")
+    cp.add_argument("--jobs", type=int, default=1,
+                    help="runs at once; each gets cores / jobs torch threads")
+    cp.add_argument("--list", action="store_true",
+                    help="print each run's command line (for Slurm, Ray, ...) and exit")
+
+    rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
+    rp.add_argument("dir", help="a `lmpo compare --out` directory")
+    rp.add_argument("--out", help="where report.md goes (default DIR/report.md)")
+
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
     return parser
+
+
+def cmd_compare(args) -> int:
+    from lmpo.experiments.spec import load_experiment
+    from lmpo.experiments.sweep import compare
+
+    exp = load_experiment(args.config)
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+        exp.seeds = list(range(args.seeds))
+    if args.steps is not None:
+        if args.steps < 1:
+            raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+        exp.steps = args.steps
+    return compare(exp, args.out, jobs=args.jobs, list_only=args.list)
+
+
+def cmd_report(args) -> int:
+    from lmpo.experiments.report import report
+
+    report(args.dir, args.out)
+    return 0
 
 
 def version_line() -> str:
@@ -166,11 +206,11 @@ def cmd_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval, "presets": cmd_presets}
+COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval, "compare": cmd_compare,
+            "report": cmd_report, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lmpo.trainer.config import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -99,7 +99,8 @@ class Prior:
         return cls(*(Welford(**state[k]) for k in ("rewards", "group_means", "inv_size")))
 
 
-@ADVANTAGES.register("ebpo", wants_clusters=True)
+@ADVANTAGES.register("ebpo", wants_clusters=True,
+                     diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2"))
 class EBPO(Estimator):
     """Empirical-Bayes baseline (see the module docstring); stateful, checkpointable."""
 

@@ -30,7 +30,7 @@ def _probs(x: LossInputs):
     return torch.exp(x.logp.detach()), torch.exp(x.old_logp)
 
 
-@LOSSES.register("dppo_tv", default_agg="token-mean")
+@LOSSES.register("dppo_tv", default_agg="token-mean", diagnostics=("loss/dppo/masked_frac",))
 def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
     """DPPO binary-TV: drop a token if A > 0 and p - q > delta_high, or A <= 0 and
     p - q < -delta_low; keep -A * sg(min(r, c)) * logp on the rest (as verl's dppo_tv)."""
@@ -40,7 +40,7 @@ def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_
     return _truncated_pg(x, keep, clip_ratio_c)
 
 
-@LOSSES.register("dppo_kl", default_agg="token-mean")
+@LOSSES.register("dppo_kl", default_agg="token-mean", diagnostics=("loss/dppo/masked_frac",))
 def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
     """DPPO binary-KL: D = q log(q/p) + (1-q) log((1-q)/(1-p)); drop a token if
     D > delta and it moved with its advantage (A > 0 and p > q, or A <= 0 and p < q).
@@ -59,7 +59,8 @@ def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
     return loss, metrics
 
 
-@LOSSES.register("drpo", default_agg="seq-mean-token-sum-norm")
+@LOSSES.register("drpo", default_agg="seq-mean-token-sum-norm",
+                 diagnostics=("loss/drpo/weight_min", "loss/drpo/weight_max"))
 def drpo(logp, old_logp, adv, mask, *, delta=12.5):
     """DRPO: L = -r A + |A| q (r - 1)^2 / (2 delta)  (= -rA + |A| (p-q)^2 / (2 delta q)).
 

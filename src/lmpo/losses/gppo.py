@@ -8,7 +8,8 @@ from lmpo.losses.base import prepare, ratio_metrics
 from lmpo.losses.registry import LOSSES
 
 
-@LOSSES.register("cegppo", default_agg="token-mean")
+@LOSSES.register("cegppo", default_agg="token-mean",
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"))
 def cegppo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, beta1=0.5, beta2=1.0,
            clip_ratio_c=None):
     """PPO-clip whose clipped tokens keep a bounded, beta-scaled gradient.

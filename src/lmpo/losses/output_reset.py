@@ -10,7 +10,8 @@ from lmpo.losses.registry import LOSSES
 WEIGHTS = ("sign", "abs")
 
 
-@LOSSES.register("output_reset", default_agg="token-mean")
+@LOSSES.register("output_reset", default_agg="token-mean",
+                 diagnostics=("loss/or/overshoot_frac", "diag/or_residual_after"))
 def output_reset(logp, old_logp, adv, mask, *, alpha=0.2, weight="sign"):
     """L = max(0, alpha - sign(A) * rho)^2 for A != 0, else 0.
 

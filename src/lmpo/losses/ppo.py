@@ -23,7 +23,8 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
     }
 
 
-@LOSSES.register("ppo_clip", default_agg="token-mean")
+@LOSSES.register("ppo_clip", default_agg="token-mean",
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"))
 def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
     """L = -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A); dual clip for A<0: min(L, -c*A).
 
@@ -44,7 +45,7 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("gspo", default_agg="seq-mean-token-mean")
+@LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",))
 def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
     """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
 
@@ -69,7 +70,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("cispo", default_agg="token-mean")
+@LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",))
 def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
     """CISPO: L = -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp (no token is dropped)."""
     x = prepare(logp, old_logp, adv, mask)

@@ -109,7 +109,7 @@ def reference_tokens(path: str | Path) -> list[float]:
     return curve
 
 
-@CONTROLLERS.register("random_stop")
+@CONTROLLERS.register("random_stop", diagnostics=("espo/stop_rate", "espo/savings_cum"))
 class RandomStop(StopAccounting):
     """ESPO's variant F: stop positions drawn at random, at the same token savings.
 

@@ -1,0 +1,172 @@
+"""Experiment files: arms x seeds of `lmpo train` runs that differ only where declared.
+
+    # one-line description
+    base: {rollout: {group_size: 2}}        # config keys over every arm's preset
+    arms:
+      grpo: {preset: grpo}
+      grpo_or: {preset: grpo_or, overrides: {loss: {hparams: {alpha: 0.2}}}}
+    seeds: 3                                 # or a list [0, 1, 2]
+    steps: 600
+    differs_in: [loss]                       # dotted keys (a prefix covers what is under it)
+    claims: [...]                            # see lmpo.experiments.stats
+
+Each arm's config resolves as defaults <- arm preset <- base <- arm overrides <- the
+command line (`--steps`, `--seeds`); mappings merge as in `extends:`. Before any run,
+`check_differs` fails on any resolved key the arms differ in outside `differs_in`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from lmpo import presets
+from lmpo.errors import ConfigError
+from lmpo.trainer.config import build, merge, read_yaml, to_dict
+from lmpo.trainer.resume import flatten
+from lmpo.trainer.train_config import TrainConfig
+
+CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
+PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
+
+
+@dataclass
+class Arm:
+    name: str
+    preset: str
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass
+class Experiment:
+    name: str
+    description: str
+    base: dict
+    arms: list[Arm]
+    seeds: list[int]
+    steps: int
+    differs_in: list[str]
+    claims: list[dict]
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ConfigError(f"unknown arm {name!r}; arms: {', '.join(a.name for a in self.arms)}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "base": self.base,
+                "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
+                         for a in self.arms},
+                "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
+                "claims": self.claims}
+
+
+def _seeds(value, where: str) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return list(range(value))
+    if isinstance(value, list) and value and all(isinstance(s, int) for s in value):
+        if len(set(value)) != len(value):
+            raise ConfigError(f"{where}: seeds repeat: {value}")
+        return list(value)
+    raise ConfigError(f"{where}: seeds must be a count >= 1 or a list of ints, got {value!r}")
+
+
+def parse_experiment(data: dict, name: str, where: str) -> Experiment:
+    allowed = {"name", "description", "base", "arms", "seeds", "steps", "differs_in", "claims"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
+                          f"{', '.join(sorted(allowed))}")
+    arms_raw = data.get("arms")
+    if not isinstance(arms_raw, dict) or len(arms_raw) < 1:
+        raise ConfigError(f"{where}: arms must map arm names to {{preset, overrides}}")
+    arms = []
+    for arm_name, spec in arms_raw.items():
+        if not isinstance(spec, dict) or "preset" not in spec or \
+                set(spec) - {"preset", "overrides"}:
+            raise ConfigError(f"{where}: arm {arm_name!r} must be {{preset: NAME, overrides: "
+                              f"{{...}}}}, got {spec!r}")
+        arms.append(Arm(str(arm_name), str(spec["preset"]), dict(spec.get("overrides") or {})))
+    steps = data.get("steps")
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"{where}: steps must be an int >= 1, got {steps!r}")
+    differs = data.get("differs_in")
+    if not isinstance(differs, list) or not all(isinstance(k, str) for k in differs):
+        raise ConfigError(f"{where}: differs_in must be a list of dotted config keys")
+    claims = data.get("claims") or []
+    if not isinstance(claims, list):
+        raise ConfigError(f"{where}: claims must be a list")
+    exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
+                     base=dict(data.get("base") or {}), arms=arms,
+                     seeds=_seeds(data.get("seeds", 3), where), steps=steps,
+                     differs_in=list(differs), claims=[dict(c) for c in claims])
+    from lmpo.experiments.stats import check_claim
+
+    for i, claim in enumerate(exp.claims):
+        check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]")
+    return exp
+
+
+def load_experiment(spec: str | Path) -> Experiment:
+    """An experiment by preset name (`lmpo presets`) or file path."""
+    path = presets.resolve(spec, "experiment")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    exp = parse_experiment(data, path.stem, str(path))
+    if not exp.description:
+        exp.description = presets.description(path)
+    return exp
+
+
+def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None) -> dict:
+    """The raw config mapping of one run: preset <- base <- arm overrides <- steps, seed."""
+    data = merge(merge(read_yaml(arm.preset, "train"), exp.base), arm.overrides)
+    data = merge(data, {"steps": exp.steps, "seed": seed})
+    if threads is not None:
+        data["threads"] = threads
+    return data
+
+
+def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
+               ) -> TrainConfig:
+    where = f"experiment {exp.name!r}, arm {arm.name!r}"
+    try:
+        return build(TrainConfig, arm_data(exp, arm, seed, threads=threads))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def flat_config(cfg: TrainConfig) -> dict:
+    """Dotted keys of a resolved config, hyper-parameters included."""
+    flat = flatten(to_dict(cfg))
+    flat |= {f"{s}.hparams.{k}": v for s in ("loss", "advantage")
+             for k, v in getattr(cfg, s).hparams.items()}
+    return {k: v for k, v in flat.items() if not k.endswith(".hparams")}
+
+
+def covered(key: str, prefixes: list[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def arm_differences(exp: Experiment, seed: int = 0) -> dict[str, dict[str, object]]:
+    """{key: {arm: value}} for every resolved key that is not the same in every arm."""
+    flats = {a.name: flat_config(arm_config(exp, a, seed)) for a in exp.arms}
+    keys = sorted({k for f in flats.values() for k in f} - set(PER_RUN_KEYS))
+    return {k: {a: f.get(k, "<unset>") for a, f in flats.items()} for k in keys
+            if len({repr(f.get(k, "<unset>")) for f in flats.values()}) > 1}
+
+
+def check_differs(exp: Experiment) -> dict[str, dict[str, object]]:
+    """The arms' differences; ConfigError naming any key outside `differs_in`."""
+    diff = arm_differences(exp)
+    bad = {k: v for k, v in diff.items() if not covered(k, exp.differs_in)}
+    if bad:
+        lines = "\n".join(f"  {k}: " + ", ".join(f"{a}={v!r}" for a, v in vals.items())
+                          for k, vals in bad.items())
+        raise ConfigError(f"experiment {exp.name!r}: the arms differ in keys outside "
+                          f"differs_in {exp.differs_in}:\n{lines}")
+    return diff

@@ -1,0 +1,217 @@
+"""`lmpo compare`: every arm x seed of an experiment as an ordinary `lmpo train` run.
+
+Layout of `--out DIR`:
+
+    experiment.yaml              the experiment as run (seeds and steps resolved)
+    configs/<arm>-seed<k>.yaml   each run's fully resolved config
+    runs/<arm>/seed<k>/          each run's directory (metrics.jsonl, eval.json, ...)
+    logs/<arm>-seed<k>.log       each run's output
+    sweep.json                   wall time, jobs and outcome of each invocation
+
+Every run is `python -m lmpo train --config configs/... --run-dir runs/... --resume`,
+so a second invocation skips finished runs and continues killed ones from their
+checkpoints (a run is deterministic for a given thread count, and `--jobs J` fixes
+threads = cores / J). Run processes die with the sweep (Linux parent-death signal),
+so `kill -9` of the sweep leaves nothing running. `--list` prints the commands for
+another scheduler; `lmpo report` reads the directories whatever ran them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from lmpo.errors import ConfigError
+from lmpo.experiments.spec import Experiment, arm_config, check_differs
+from lmpo.trainer.checkpoint import read_rows
+from lmpo.trainer.config import save_config
+
+
+@dataclass
+class Run:
+    arm: str
+    seed: int
+    config: Path
+    run_dir: Path
+    log: Path
+    status: str = "pending"  # pending | running | done | failed
+    error: str = ""
+    started: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-seed{self.seed}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "lmpo", "train", "--config", str(self.config),
+                "--run-dir", str(self.run_dir), "--quiet", "--resume"]
+
+
+def finished(run_dir: Path, steps: int) -> bool:
+    rows = read_rows(run_dir / "metrics.jsonl")
+    return (run_dir / "eval.json").exists() and bool(rows) and rows[-1]["step"] == steps
+
+
+def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
+    """Check the experiment, write its configs under `out` and return its runs.
+
+    An arm whose config cannot be built is not run: its runs are failed with the error
+    (the other arms go on). `differs_in` is checked over the arms that build, before
+    any run starts."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    saved = out / "experiment.yaml"
+    if saved.exists():
+        before = yaml.safe_load(saved.read_text())
+        if before != exp.to_dict():
+            raise ConfigError(f"{out} holds a different experiment ({saved}); resume it with "
+                              "the same file, --seeds and --steps, or choose a new --out")
+    broken: dict[str, str] = {}
+    for arm in exp.arms:
+        try:
+            arm_config(exp, arm, exp.seeds[0])
+        except ConfigError as exc:
+            broken[arm.name] = str(exc)
+    check_differs(replace(exp, arms=[a for a in exp.arms if a.name not in broken]))
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    saved.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    runs = []
+    for arm in exp.arms:
+        for seed in exp.seeds:
+            run = Run(arm.name, seed, out / "configs" / f"{arm.name}-seed{seed}.yaml",
+                      out / "runs" / arm.name / f"seed{seed}",
+                      out / "logs" / f"{arm.name}-seed{seed}.log")
+            if arm.name in broken:
+                run.status, run.error = "failed", f"config: {broken[arm.name]}"
+            else:
+                save_config(arm_config(exp, arm, seed, threads=threads), run.config)
+                if finished(run.run_dir, exp.steps):
+                    run.status = "done"
+            runs.append(run)
+    return runs
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def last_error(log: Path) -> str:
+    lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()] \
+        if log.exists() else []
+    errors = [x for x in lines if "error" in x.lower()]
+    return (errors or lines or ["no output"])[-1].strip()[:300]
+
+
+def status_table(exp: Experiment, runs: list[Run]):
+    from rich.table import Table
+
+    table = Table(title=f"lmpo compare {exp.name}: {len(exp.arms)} arms x {len(exp.seeds)} "
+                        f"seeds, {exp.steps} steps")
+    for col in ("arm", "seed", "status", "step", "reward", "accuracy", "ETA"):
+        table.add_column(col, justify="right" if col not in ("arm", "status") else "left")
+    for run in runs:
+        rows = read_rows(run.run_dir / "metrics.jsonl")
+        last = rows[-1] if rows else {}
+        step = last.get("step", 0)
+        eta = "-"
+        if run.status == "running" and rows:
+            per_step = sum(r.get("time/step", 0.0) for r in rows[-20:]) / len(rows[-20:])
+            eta = f"{per_step * (exp.steps - step):.0f} s"
+        table.add_row(run.arm, str(run.seed), run.status, f"{step}/{exp.steps}",
+                      f"{last['reward/mean']:.3f}" if "reward/mean" in last else "-",
+                      f"{last['reward/accuracy']:.3f}" if "reward/accuracy" in last else "-",
+                      eta)
+    return table
+
+
+def execute(exp: Experiment, runs: list[Run], out: Path, jobs: int, *, live: bool = True
+            ) -> None:
+    """Run the pending runs, at most `jobs` at once, updating each run's status."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    queue = [r for r in runs if r.status == "pending"]
+    procs: dict[str, tuple[Run, subprocess.Popen]] = {}
+    started = time.time()
+    history = out / "sweep.json"
+    past = json.loads(history.read_text()) if history.exists() else []
+    record = {"started": started, "wall_s": None, "jobs": jobs, "status": "interrupted"}
+    history.write_text(json.dumps([*past, record], indent=2) + "\n")  # None if killed
+    show = live and console.is_terminal
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    with Live(status_table(exp, runs), console=console, refresh_per_second=2,
+              transient=False) if show else _Quiet() as view:
+        while queue or procs:
+            while queue and len(procs) < jobs:
+                run = queue.pop(0)
+                run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+                with open(run.log, "ab") as log:
+                    procs[run.name] = (run, subprocess.Popen(
+                        run.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                        preexec_fn=_die_with_parent))
+                run.status, run.started = "running", time.time()
+                if not show:
+                    console.print(f"started {run.name}")
+            time.sleep(0.5)
+            for name, (run, proc) in list(procs.items()):
+                if proc.poll() is None:
+                    continue
+                del procs[name]
+                ok = proc.returncode == 0 and finished(run.run_dir, exp.steps)
+                run.status = "done" if ok else "failed"
+                run.error = "" if ok else f"exit {proc.returncode}: {last_error(run.log)}"
+                if not show:
+                    console.print(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
+                                  + (f": {run.error}" if run.error else ""))
+            view.update(status_table(exp, runs))
+    record |= {"wall_s": time.time() - started, "status": {r.name: r.status for r in runs}}
+    history.write_text(json.dumps([*past, record], indent=2) + "\n")
+
+
+class _Quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, *_):
+        pass
+
+
+def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
+            live: bool = True) -> int:
+    """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    out = Path(out)
+    runs = plan(exp, out, jobs)
+    if list_only:
+        for run in runs:
+            print(shlex.join(run.command()))
+        return 0
+    execute(exp, runs, out, jobs, live=live)
+    failed = [r for r in runs if r.status == "failed"]
+    if failed:
+        print(f"\n{len(failed)} of {len(runs)} runs failed (the others finished):",
+              file=sys.stderr)
+        for run in failed:
+            print(f"  {run.name}: {run.error} (log: {run.log})", file=sys.stderr)
+        return 1
+    print(f"all {len(runs)} runs finished in {out}; next: lmpo report {out}")
+    return 0

@@ -1,0 +1,261 @@
+"""lmpo compare / lmpo report: statistics and verdicts against hand-computed values, CI
+coverage, differs_in, resume after crashes, failing arms, and the report's files."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from lmpo.errors import ConfigError
+from lmpo.experiments.report import report
+from lmpo.experiments.spec import load_experiment, parse_experiment
+from lmpo.experiments.stats import bootstrap_mean_ci, evaluate_claim, reduce_metric, summarize
+from lmpo.experiments.sweep import compare
+
+
+# ---------------------------------------------------------------- statistics
+def test_summary_is_mean_sample_std_and_a_bootstrap_ci():
+    s = summarize([0.5, 0.7, 0.9])
+    assert s["mean"] == pytest.approx(0.7) and s["std"] == pytest.approx(0.2)  # ddof=1
+    assert s["ci"][0] >= 0.5 and s["ci"][1] <= 0.9 and s["n"] == 3
+    c = summarize([0.25] * 4)
+    assert c["ci"] == [0.25, 0.25] and c["std"] == 0.0
+    assert math.isnan(summarize([1.0])["std"])
+
+
+def test_metric_reduction():
+    rows = [{"step": 1, "x": 1.0}, {"step": 2}, {"step": 3, "x": 3.0}, {"step": 4, "x": 5.0}]
+    assert reduce_metric(rows, "x") == 5.0
+    assert reduce_metric(rows, "x", "last_k", k=2) == 4.0
+    assert reduce_metric(rows, "x", "last_k", k=10) == 3.0
+    with pytest.raises(KeyError, match="'y' was never logged"):
+        reduce_metric(rows, "y")
+
+
+def claim(kind, **kw):
+    base = {"kind": kind, "metric": "m", "arms": ["a", "b"], "sentence": "s"}
+    return base | kw
+
+
+A = [0.5, 0.75, 0.25, 1.0]  # dyadic values: sums and differences below are exact
+
+
+@pytest.mark.parametrize("d,expect,verdict", [
+    (0.125, "greater", "holds"), (0.0, "greater", "inconclusive"),
+    (-0.125, "greater", "contradicted"), (-0.125, "less", "holds"),
+    (0.125, "less", "contradicted")])
+def test_direction_verdicts_at_their_boundaries(d, expect, verdict):
+    """A constant paired difference d makes the bootstrap CI exactly [d, d]."""
+    r = evaluate_claim(claim("direction", expect=expect), [x + d for x in A], A)
+    assert r["effect"] == pytest.approx(d) and r["ci"] == pytest.approx([d, d])
+    assert r["verdict"] == verdict
+
+
+def test_direction_only_and_inconclusive_when_the_ci_includes_zero():
+    b = [0.5, 0.5, 0.5, 0.5]
+    a = [0.8, 0.3, 0.7, 0.4]  # differences +0.3 -0.2 +0.2 -0.1: mean +0.05, CI spans 0
+    r = evaluate_claim(claim("direction", expect="greater"), a, b)
+    assert r["ci"][0] < 0 < r["ci"][1] and r["verdict"] == "direction only"
+    assert evaluate_claim(claim("direction", expect="less"), a, b)["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("ratio,verdict", [(0.75, "holds"), (0.7501, "not met"),
+                                           (0.5, "holds")])
+def test_threshold_verdicts_at_the_bound(ratio, verdict):
+    """b = ratio * a exactly: every resampled ratio equals `ratio`; at the bound it holds."""
+    c = claim("threshold", statistic="ratio", bound=0.75, expect="below")
+    a = [4.0, 8.0, 16.0, 12.0]
+    r = evaluate_claim(c, a, [x * ratio for x in a])
+    assert r["effect"] == pytest.approx(ratio) and r["verdict"] == verdict
+
+
+def test_threshold_direction_only_and_above():
+    a = [100.0, 100.0, 100.0, 100.0]
+    b = [70.0, 95.0, 60.0, 85.0]  # ratio 0.775 <= 0.8, but the CI reaches above 0.8
+    c = claim("threshold", statistic="ratio", bound=0.8, expect="below")
+    r = evaluate_claim(c, a, b)
+    assert r["effect"] == pytest.approx(0.775) and r["ci"][1] > 0.8
+    assert r["verdict"] == "direction only"
+    up = claim("threshold", statistic="difference", bound=-20, expect="above")
+    r = evaluate_claim(up, a, b)  # b - a = -22.5: the point fails ">= -20"
+    assert r["effect"] == pytest.approx(-22.5) and r["verdict"] == "not met"
+    assert evaluate_claim(claim("threshold", statistic="difference", bound=-30, expect="above"),
+                          a, b)["verdict"] in ("holds", "direction only")
+
+
+@pytest.mark.parametrize("d,verdict", [(0.0625, "holds"), (0.0626, "not shown"),
+                                       (-0.0625, "holds"), (0.0, "holds")])
+def test_equivalence_verdicts_at_the_margin(d, verdict):
+    r = evaluate_claim(claim("equivalence", margin=0.0625), [x + d for x in A], A)
+    assert r["verdict"] == verdict
+
+
+@pytest.mark.parametrize("scale,expect,verdict", [(0.5, "lower", "holds"),
+                                                  (2.0, "lower", "contradicted"),
+                                                  (2.0, "higher", "holds")])
+def test_spread_verdicts(scale, expect, verdict):
+    """a = scale * b around a common mean: std(a)/std(b) = scale in every resample."""
+    b = np.array(A)
+    a = 0.625 + scale * (b - b.mean())
+    r = evaluate_claim(claim("spread", expect=expect), a, b)
+    assert r["effect"] == pytest.approx(scale) and r["verdict"] == verdict
+
+
+def test_fewer_than_three_seeds_is_insufficient():
+    for kind, kw in [("direction", {"expect": "greater"}), ("equivalence", {"margin": 1}),
+                     ("spread", {"expect": "lower"}),
+                     ("threshold", {"statistic": "ratio", "bound": 1, "expect": "below"})]:
+        assert evaluate_claim(claim(kind, **kw), [1.0, 2.0], [0.5, 0.7])["verdict"] == \
+            "insufficient seeds"
+
+
+def test_bootstrap_coverage_is_near_nominal_at_20_seeds_and_far_below_at_3():
+    """Normal population, 400 repetitions: the 95% percentile interval covers the true
+    mean 92% of the time at n = 20 (seeded) but only ~74% at n = 3, which the report's
+    footnote says."""
+    rng = np.random.default_rng(123)
+    coverage = {}
+    for n in (3, 20):
+        hits = 0
+        for _ in range(400):
+            x = rng.normal(1.0, 2.0, size=n)
+            lo, hi = bootstrap_mean_ci(x, resamples=2000)
+            hits += lo <= 1.0 <= hi
+        coverage[n] = hits / 400
+    print(coverage)
+    assert 0.89 <= coverage[20] <= 0.98
+    assert coverage[3] < 0.85
+
+
+# ---------------------------------------------------------------- experiment files
+TINY_BASE = {"rollout": {"batch_size": 16, "pool_size": 64, "max_new_tokens": 8},
+             "log": {"eval_per_tier": 4, "eval_every": 2, "tensorboard": False,
+                     "eval_max_new_tokens": 8, "checkpoint_every": 1}}
+
+
+def experiment(tmp_path, policy, arms=None, differs_in=("loss",), seeds=2, steps=4,
+               claims=()):
+    data = {"base": TINY_BASE | {"policy": str(policy)},
+            "arms": arms or {"grpo": {"preset": "grpo"}, "cegppo": {"preset": "cegppo"}},
+            "seeds": seeds, "steps": steps, "differs_in": list(differs_in),
+            "claims": list(claims)}
+    path = tmp_path / "exp.yaml"
+    path.write_text("# a tiny test experiment\n" + yaml.safe_dump(data, sort_keys=False))
+    return load_experiment(path)
+
+
+def test_the_demo_experiment_is_matched():
+    exp = load_experiment("demo")
+    from lmpo.experiments.spec import check_differs
+
+    assert set(check_differs(exp)) == {"loss.agg", "loss.hparams.beta1", "loss.hparams.beta2",
+                                       "loss.name"}
+
+
+def test_differs_in_violations_fail_before_any_run(tiny_policy_dir, tmp_path):
+    exp = experiment(tmp_path, tiny_policy_dir, arms={
+        "grpo": {"preset": "grpo"},
+        "fast": {"preset": "cegppo", "overrides": {"optim": {"lr": 1e-4}}}})
+    with pytest.raises(ConfigError, match=r"differ in keys outside differs_in \['loss'\]:\n"
+                                          r"  optim.lr: grpo=2e-05, fast=0.0001"):
+        compare(exp, tmp_path / "out")
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+@pytest.mark.parametrize("data,msg", [
+    ({"arms": {"a": {"preset": "grpo"}}, "steps": 0, "differs_in": []}, "steps must be"),
+    ({"arms": {"a": {"preset": "grpo", "extra": 1}}, "steps": 2, "differs_in": []},
+     "arm 'a' must be"),
+    ({"arms": {"a": {"preset": "grpo"}}, "steps": 2, "differs_in": [], "seed": 3},
+     "unknown experiment key"),
+    ({"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+      "differs_in": [], "claims": [{"kind": "direction", "metric": "m", "arms": ["a", "c"],
+                                    "expect": "greater", "sentence": "s"}]},
+     r"claims\[0\]: arms must name two different arms"),
+    ({"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+      "differs_in": [], "claims": [{"kind": "threshold", "metric": "m", "arms": ["a", "b"],
+                                    "expect": "below", "sentence": "s"}]},
+     r"a threshold claim needs \['bound', 'statistic'\]"),
+])
+def test_malformed_experiment_files_are_clear_errors(data, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_experiment(data, "x", "x.yaml")
+
+
+# ---------------------------------------------------------------- sweeps
+def numbers(out: Path) -> dict:
+    r = json.loads((out / "report.json").read_text())
+    return {"arms": r["arms"], "claims": r["claims"]}
+
+
+def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypatch):
+    """The same sweep from the warm-started policy (so rewards vary), uninterrupted and
+    crashed at named points (every run exits at once after step 2's row, then again
+    mid-checkpoint at step 3) then resumed: the report's numbers are identical."""
+    claims = [{"kind": "direction", "metric": "reward/mean", "arms": ["cegppo", "grpo"],
+               "expect": "greater", "sentence": "s"}]
+    exp = experiment(tmp_path, sft_run[0], seeds=3, claims=claims)
+    assert compare(exp, tmp_path / "clean", jobs=2, live=False) == 0
+    report(tmp_path / "clean")
+    for spec in ("after_row@2", "mid_checkpoint@3"):
+        monkeypatch.setenv("LMPO_CRASH_AT", spec)
+        assert compare(exp, tmp_path / "crashed", jobs=2, live=False) == 1
+    monkeypatch.delenv("LMPO_CRASH_AT")
+    assert compare(exp, tmp_path / "crashed", jobs=2, live=False) == 0
+    report(tmp_path / "crashed")
+    assert numbers(tmp_path / "crashed") == numbers(tmp_path / "clean")
+    rewards = numbers(tmp_path / "clean")["arms"]["grpo"]["held-out accuracy, all tiers"]
+    assert rewards["mean"] > 0.2  # a real policy: the equality is not one of zeros
+    sweeps = json.loads((tmp_path / "crashed" / "sweep.json").read_text())
+    assert len(sweeps) == 3 and all(s == "done" for s in sweeps[-1]["status"].values())
+    assert all(s["wall_s"] is not None for s in sweeps)  # each invocation ended normally
+    # a rerun of a finished sweep runs nothing
+    assert compare(exp, tmp_path / "crashed", jobs=2, live=False) == 0
+    assert json.loads((tmp_path / "crashed" / "sweep.json").read_text())[-1]["wall_s"] < 5
+
+
+def test_a_failing_arm_is_reported_and_the_others_finish(tiny_policy_dir, tmp_path, capsys):
+    exp = experiment(tmp_path, tiny_policy_dir, differs_in=["loss", "rollout"], arms={
+        "grpo": {"preset": "grpo"},
+        "bad_tier": {"preset": "grpo", "overrides": {"rollout": {"clusters": ["t9d9"]}}},
+        "bad_key": {"preset": "grpo", "overrides": {"optim": {"learning_rate": 1}}}})
+    assert compare(exp, tmp_path / "out", jobs=2, live=False) == 1
+    err = capsys.readouterr().err
+    assert "4 of 6 runs failed (the others finished)" in err
+    assert re.search(r"bad_tier-seed0: exit 2: .*rollout.clusters \['t9d9'\] unknown", err)
+    assert "bad_key-seed1: config: experiment" in err and "did you mean 'lr'" in err
+    assert all((tmp_path / "out" / "runs" / "grpo" / f"seed{s}" / "eval.json").exists()
+               for s in (0, 1))
+
+
+def test_list_prints_each_runs_command(tiny_policy_dir, tmp_path, capsys):
+    exp = experiment(tmp_path, tiny_policy_dir)
+    assert compare(exp, tmp_path / "out", list_only=True) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all(" -m lmpo train --config " in x and x.endswith("--resume")
+                                   for x in lines)
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_report_files_every_png_it_names_is_an_image(tiny_policy_dir, tmp_path):
+    import matplotlib.image
+
+    exp = experiment(tmp_path, tiny_policy_dir, seeds=2)
+    assert compare(exp, tmp_path / "out", jobs=2, live=False) == 0
+    md = report(tmp_path / "out").read_text()
+    pngs = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", md)
+    assert {"curves.png", "diagnostics.png", "tokens.png"} <= set(pngs)
+    for name in pngs:
+        image = matplotlib.image.imread(tmp_path / "out" / name)
+        assert image.ndim == 3 and image.shape[0] > 100
+    for s in ("## Setup", "| `loss.name` | ppo_clip | cegppo |", "## Results",
+              "held-out accuracy, trained tiers", "loss/clipfrac_low", "Note: 95% bootstrap"):
+        assert s in md, s
+    assert os.path.exists(tmp_path / "out" / "report.json")
