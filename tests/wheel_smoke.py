@@ -3,8 +3,9 @@
 Run with the python of a fresh virtual environment into which only the wheel was
 installed: it checks that lmpo comes from that environment, lists the wheel's
 contents by kind, then from an empty temporary directory (its own LMPO_HOME)
-runs `lmpo presets`, `lmpo train --config grpo --steps 2` and `lmpo eval` on the
-result, checking what they print and write, not only their exit codes.
+runs `lmpo presets`, `lmpo train --config grpo --steps 2`, `lmpo eval` on the
+result and `lmpo compare --config demo --list`, checking what they print and
+write, not only their exit codes.
 
     python tests/wheel_smoke.py dist/lmpo-<version>-py3-none-any.whl
 """
@@ -80,6 +81,9 @@ def main() -> None:
         summary = json.loads((cwd / "run" / "eval.json").read_text())
         check(summary["after"]["trained_tiers"] == ["t3d1"], "eval.json marks the trained tier")
         run([lmpo_cmd, "eval", "--run", "run"], cwd, env, ["t3d1 *", "mean@4, T=1"])
+        run([lmpo_cmd, "compare", "--config", "demo", "--out", "sweep", "--list"], cwd, env,
+            ["-m lmpo train --config sweep/configs/grpo-seed0.yaml",
+             "sweep/configs/cegppo-seed1.yaml"])
         result = json.loads((cwd / "run" / "policy" / "eval_cli.json").read_text())
         check(set(result["per_tier"]) == {"t2d1", "t3d1", "t2d2", "t4d2"},
               "lmpo eval reports every tier of the run's task")
