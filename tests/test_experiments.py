@@ -259,3 +259,20 @@ def test_report_files_every_png_it_names_is_an_image(tiny_policy_dir, tmp_path):
               "held-out accuracy, trained tiers", "loss/clipfrac_low", "Note: 95% bootstrap"):
         assert s in md, s
     assert os.path.exists(tmp_path / "out" / "report.json")
+
+
+def test_the_readme_walkthrough_compares_a_users_own_loss(tiny_policy_dir, tmp_path,
+                                                          monkeypatch):
+    from tests.test_install import MY_LOSS
+
+    (tmp_path / "my_loss.py").write_text(MY_LOSS)
+    (tmp_path / "capped.yaml").write_text(
+        "# capped\nextends: grpo\nimports: [my_loss.py]\n"
+        "loss: {name: capped_pg, hparams: {cap: 1.5}}\n")
+    exp = experiment(tmp_path, tiny_policy_dir, seeds=1, steps=2, differs_in=["loss", "imports"],
+                     arms={"grpo": {"preset": "grpo"}, "capped": {"preset": "capped.yaml"}})
+    monkeypatch.chdir(tmp_path)  # imports are relative to where compare runs
+    assert compare(exp, tmp_path / "out", jobs=2, live=False) == 0
+    row = json.loads((tmp_path / "out/runs/capped/seed0/metrics.jsonl").read_text()
+                     .splitlines()[-1])
+    assert "loss/capped_frac" in row

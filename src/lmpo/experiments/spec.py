@@ -117,6 +117,9 @@ def load_experiment(spec: str | Path) -> Experiment:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     exp = parse_experiment(data, path.stem, str(path))
+    for arm in exp.arms:  # an arm's preset file is relative to the experiment file
+        if presets.looks_like_file(arm.preset) and not Path(arm.preset).is_absolute():
+            arm.preset = str((path.parent / arm.preset).resolve())
     if not exp.description:
         exp.description = presets.description(path)
     return exp
