@@ -261,18 +261,24 @@ def test_report_files_every_png_it_names_is_an_image(tiny_policy_dir, tmp_path):
     assert os.path.exists(tmp_path / "out" / "report.json")
 
 
-def test_the_readme_walkthrough_compares_a_users_own_loss(tiny_policy_dir, tmp_path,
-                                                          monkeypatch):
+def test_the_readme_walkthrough_compares_a_users_own_loss(tiny_policy_dir, tmp_path):
+    """In a fresh process: building the arms imports the user's module, which registers
+    its loss in the (global) registry."""
+    import subprocess
+    import sys
+
     from tests.test_install import MY_LOSS
 
     (tmp_path / "my_loss.py").write_text(MY_LOSS)
     (tmp_path / "capped.yaml").write_text(
         "# capped\nextends: grpo\nimports: [my_loss.py]\n"
         "loss: {name: capped_pg, hparams: {cap: 1.5}}\n")
-    exp = experiment(tmp_path, tiny_policy_dir, seeds=1, steps=2, differs_in=["loss", "imports"],
-                     arms={"grpo": {"preset": "grpo"}, "capped": {"preset": "capped.yaml"}})
-    monkeypatch.chdir(tmp_path)  # imports are relative to where compare runs
-    assert compare(exp, tmp_path / "out", jobs=2, live=False) == 0
+    experiment(tmp_path, tiny_policy_dir, seeds=1, steps=2, differs_in=["loss", "imports"],
+               arms={"grpo": {"preset": "grpo"}, "capped": {"preset": "capped.yaml"}})
+    run = subprocess.run([sys.executable, "-m", "lmpo", "compare", "--config", "exp.yaml",
+                          "--out", "out", "--jobs", "2"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
     row = json.loads((tmp_path / "out/runs/capped/seed0/metrics.jsonl").read_text()
                      .splitlines()[-1])
     assert "loss/capped_frac" in row
