@@ -136,3 +136,35 @@ def test_grouped_query_attention_fast_path(tok):
     r = run(gqa, tok, eos=frequent_token(gqa, tok))
     want = teacher_forced_logp(gqa, r, 1.0) * r.response_mask
     torch.testing.assert_close(r.logp, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_llama", "hf_forward"])
+def test_shared_prompt_pass_changes_nothing_but_the_work(policy, tok, fast):
+    """GRPO groups repeat each prompt G times: the prompt pass runs once per distinct
+    prompt and its KV cache is copied to the group. Same tokens, same log-probs (and
+    values), whether the prompt pass is shared or not."""
+    critic = ValueModel.from_policy(policy).eval()
+    ids = [tok.encode(p) for p in PROMPTS for _ in range(4)]  # groups of 4, as GRPO
+    eos = frequent_token(policy, tok)
+    out = {}
+    for share in (True, False):
+        out[share] = sample(policy, ids, max_new_tokens=12, eos_token_id=eos,
+                            pad_token_id=tok.pad_token_id, fast=fast, share_prompts=share,
+                            value_fn=IncrementalValues(critic),
+                            generator=torch.Generator().manual_seed(5))
+    a, b = out[True], out[False]
+    assert torch.equal(a.response_ids, b.response_ids) and a.stop_reason == b.stop_reason
+    assert "eos" in a.stop_reason  # rows left the batch along the way
+    torch.testing.assert_close(a.logp, b.logp, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.values, b.values, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.regret, b.regret, rtol=0, atol=1e-5)
+
+
+def test_several_eos_ids_each_end_a_row(policy, tok):
+    first, second = Counter(run(policy, tok, eos=-1).response_ids.flatten().tolist()
+                            ).most_common(2)
+    r = run(policy, tok, eos=[first[0], second[0]])
+    for i, reason in enumerate(r.stop_reason):
+        last = int(r.response_ids[i, int(r.lengths[i]) - 1])
+        assert (reason == "eos") == (last in (first[0], second[0]))
+    assert r.stop_reason.count("eos") > run(policy, tok, eos=first[0]).stop_reason.count("eos")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Sequence
 
 import torch
 
@@ -31,6 +32,19 @@ def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor,
     return ids, mask
 
 
+def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], torch.Tensor]:
+    """(index of each distinct prompt's first row, [B] index of every row's distinct prompt)."""
+    seen: dict[tuple[int, ...], int] = {}
+    first, inverse = [], []
+    for i, p in enumerate(prompts):
+        key = tuple(p)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(i)
+        inverse.append(seen[key])
+    return first, torch.tensor(inverse, dtype=torch.long)
+
+
 @functools.cache
 def _cache_kwarg(forward) -> str:
     """transformers >= 5.24 calls the KV cache `cache`; earlier versions `past_key_values`."""
@@ -46,9 +60,10 @@ def cached_forward(module, cache, **kw):
 
 @torch.no_grad()  # not inference_mode: the outputs feed autograd-tracked losses
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-           eos_token_id: int, pad_token_id: int, generator: torch.Generator | None = None,
-           value_fn=None, stopper=None, record_regret: bool = True,
-           compact_frac: float = 0.25, fast: bool = True) -> Rollout:
+           eos_token_id: int | Sequence[int], pad_token_id: int,
+           generator: torch.Generator | None = None, value_fn=None, stopper=None,
+           record_regret: bool = True, compact_frac: float = 0.25, fast: bool = True,
+           share_prompts: bool = True) -> Rollout:
     """Sample up to `max_new_tokens` tokens after each prompt.
 
     temperature == 0 decodes greedily (logp is then that of the untempered policy).
@@ -58,6 +73,9 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     Finished rows leave the batch once they are `compact_frac` of it.
     `fast` decodes plain Llama models with `FastLlamaDecoder` (same math, less
     per-token overhead); other models always use their own forward.
+    `eos_token_id` may list several ids (chat models end a turn with a token of their own).
+    `share_prompts` runs the prompt pass once per distinct prompt and copies its KV cache
+    to every row that repeats it (a GRPO group): same log-probs, G times less prefill.
     """
     if stopper is not None and not record_regret:
         raise ValueError("ESPO needs the regret: record_regret must be True with a stopper")
@@ -67,6 +85,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
+    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
     b = len(prompts)
     ids_out = torch.full((b, max_new_tokens), pad_token_id, dtype=torch.long)
     logp_out = torch.zeros((b, max_new_tokens))
@@ -76,15 +95,31 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     reasons = ["length"] * b
 
     ids, mask = prompt_ids.to(device), prompt_mask.to(device)
+    # the prompt pass runs on the distinct prompts only (`first` rows), then every row
+    # takes a copy of its prompt's KV cache and last logits (`inverse`)
+    first, inverse = distinct_rows(prompts) if share_prompts else (list(range(b)), None)
+    if inverse is not None and len(first) == b:
+        inverse = None
+    p_ids, p_mask = (ids, mask) if inverse is None else (ids[first], mask[first])
     decoder, cache = None, None
     if fast and fast_llama.supports(model):
-        decoder = fast_llama.FastLlamaDecoder(model, mask, ids.shape[1] + max_new_tokens)
-        logits = decoder.prefill(ids, position_ids(mask))
+        decoder = fast_llama.FastLlamaDecoder(model, p_mask, ids.shape[1] + max_new_tokens)
+        logits = decoder.prefill(p_ids, position_ids(p_mask))
     else:
-        out, cache = cached_forward(model, None, input_ids=ids, attention_mask=mask,
-                                    position_ids=position_ids(mask), logits_to_keep=1)
+        out, cache = cached_forward(model, None, input_ids=p_ids, attention_mask=p_mask,
+                                    position_ids=position_ids(p_mask), logits_to_keep=1)
         logits = out.logits[:, -1]
-    values = value_fn.prefill(ids, mask) if value_fn is not None else None
+    values = value_fn.prefill(p_ids, p_mask) if value_fn is not None else None
+    if inverse is not None:
+        inverse = inverse.to(device)
+        if decoder is not None:
+            decoder.select(inverse)
+        else:
+            cache.batch_select_indices(inverse)
+        if value_fn is not None:
+            value_fn.select(inverse)
+            values = values[inverse]
+        logits = logits[inverse]
     if stopper is not None:
         stopper.begin_batch(b)
     rows = torch.arange(b)  # original row of each row in the current batch
@@ -113,14 +148,15 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
         lengths[rows_c] = t + 1
         generated += len(live)
 
-        done = token_c == eos_token_id
+        is_eos = torch.isin(token_c, eos)
+        done = is_eos
         if stopper is not None:
             vals = None if values is None else values.float().cpu()[live]
             stop = stopper.step(rows_c, regret, vals, t)
             for i in (stop & ~done).nonzero().flatten().tolist():
                 reasons[int(rows_c[i])] = "early_stop"
             done = done | stop
-        for i in (token_c == eos_token_id).nonzero().flatten().tolist():
+        for i in is_eos.nonzero().flatten().tolist():
             reasons[int(rows_c[i])] = "eos"
         alive[live[done]] = False
         n_alive = int(alive.sum())
