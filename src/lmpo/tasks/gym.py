@@ -114,13 +114,21 @@ TASKS = {
 }
 
 
-def get_task(name: str):
-    """A built-in task by name, or a user dataset given as a path to a .jsonl file."""
+def get_task(name: str, params: dict | None = None):
+    """A built-in task by name, any reasoning-gym dataset as `rg:<dataset>` (with
+    `params`: its parameters and tiers), or a user dataset as a path to a .jsonl file."""
+    if name.startswith("rg:"):
+        from lmpo.tasks.rg import ReasoningGymTask
+
+        return ReasoningGymTask(name[3:], params)
+    if params:
+        raise ValueError(f"task_params apply only to rg:<dataset> tasks, not {name!r}")
     if name.endswith(".jsonl"):
         from lmpo.tasks.jsonl import JsonlTask
 
         return JsonlTask(name)
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}{nearest(name, list(TASKS))}; "
-                       f"valid tasks: {', '.join(TASKS)}")
+                       f"valid tasks: {', '.join(TASKS)}, rg:<reasoning-gym dataset> or a "
+                       ".jsonl path")
     return TASKS[name]()

@@ -1,0 +1,18 @@
+"""Reward functions: the task's own scorer, built-in checkers, or a user function.
+
+`build_reward(spec, task)` returns a `Reward`; the trainer and the evaluator call
+`Reward.score(problems, completions)` once per batch (TRL's shape underneath).
+"""
+
+from lmpo.rewards.base import (
+    REWARD_FNS,
+    Reward,
+    RewardError,
+    build_reward,
+    exact_match,
+    last_number,
+)
+from lmpo.rewards.guarded import GuardedWorker
+
+__all__ = ["REWARD_FNS", "GuardedWorker", "Reward", "RewardError", "build_reward",
+           "exact_match", "last_number"]

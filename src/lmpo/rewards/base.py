@@ -1,0 +1,177 @@
+"""`reward.fn`: which function turns completions into scores.
+
+- `task` (default): the task's own `score` (partial credit allowed); accuracy is
+  the task's `is_correct`.
+- `exact`: the completion, stripped, equals the gold answer.
+- `last_number`: the last number in the completion equals the gold number.
+- `math_verify`: the `math-verify` package (gold and completion parsed, \\boxed{} first,
+  then verified as mathematical equivalence), run in a guarded worker process.
+- `path/to/file.py:function`: a user function with TRL's shape, called once per batch:
+  `fn(prompts, completions, answers, **meta) -> list[float | None]`. `None` means "no
+  score": the sample is dropped from the update (counted in `data/reward_none`).
+
+Accuracy under a built-in checker is "scored 1"; under a user function it is
+"scored >= 1" (docs/rewards.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
+
+from lmpo.errors import ConfigError
+
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+class RewardError(RuntimeError):
+    """A reward function raised or returned something unusable; names the sample."""
+
+
+def _as_decimal(text: str) -> Decimal | None:
+    try:
+        return Decimal(text.replace(",", "").strip())
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def exact_match(completion: str, answer: str) -> float:
+    return float(completion.strip() == answer.strip())
+
+
+def last_number(completion: str, answer: str) -> float:
+    """1 if the last number written in `completion` equals the gold number (commas,
+    a sign and trailing decimals tolerated: '1,000.0' == '1000'), else 0."""
+    found = NUMBER.findall(completion)
+    gold = _as_decimal(answer)
+    if not found or gold is None:
+        return 0.0
+    got = _as_decimal(found[-1].rstrip("."))
+    return float(got is not None and got == gold)
+
+
+def _per_sample(check: Callable[[str, str], float]):
+    def batch_fn(prompts, completions, answers, **meta):
+        return [check(c, a) for c, a in zip(completions, answers, strict=True)]
+    batch_fn.__name__ = check.__name__
+    return batch_fn
+
+
+def _math_verify_fn():
+    from lmpo.rewards.guarded import math_verify_batch
+
+    return math_verify_batch
+
+
+REWARD_FNS: dict[str, Callable[[], Callable]] = {
+    "exact": lambda: _per_sample(exact_match),
+    "last_number": lambda: _per_sample(last_number),
+    "math_verify": _math_verify_fn,
+}
+BUILTIN = ("task", *REWARD_FNS)
+
+
+def load_user_fn(spec: str) -> Callable:
+    """`path/to/file.py:function` -> the function (the file is imported once)."""
+    from lmpo.trainer.train_config import import_user_modules
+
+    path, _, name = spec.rpartition(":")
+    if not path.endswith(".py") or not name:
+        raise ConfigError(f"reward.fn {spec!r}: expected one of {', '.join(BUILTIN)} or "
+                          "path/to/file.py:function")
+    import_user_modules([path])
+    import sys
+    from pathlib import Path
+
+    resolved = Path(path).expanduser().resolve()
+    module = next((m for k, m in sys.modules.items() if k.startswith("lmpo_user_")
+                   and getattr(m, "__file__", None) == str(resolved)), None)
+    fn = getattr(module, name, None) if module is not None else None
+    if not callable(fn):
+        raise ConfigError(f"reward.fn {spec!r}: {path} has no function {name!r}")
+    return fn
+
+
+class Reward:
+    """Scores a batch of completions; see the module docstring."""
+
+    def __init__(self, fn_spec: str, task):
+        self.spec, self.task = fn_spec, task
+        if fn_spec == "task":
+            self.fn = None
+        elif fn_spec in REWARD_FNS:
+            self.fn = REWARD_FNS[fn_spec]()
+        else:
+            self.fn = load_user_fn(fn_spec)
+        self.binary = fn_spec in REWARD_FNS
+
+    def score(self, problems: Sequence, completions: Sequence[str], *, where: str = "sample",
+              index: Sequence[int] | None = None) -> tuple[list[float | None], list[bool]]:
+        """(scores, exactly correct) per sample; a score of None means "no score".
+
+        Any exception names the failing sample (`where` i, its prompt and completion); `index`
+        gives each sample's number in the caller's batch (default: its position here)."""
+        index = list(range(len(problems))) if index is None else list(index)
+        if self.fn is None:
+            scores, correct = [], []
+            for i, (p, c) in enumerate(zip(problems, completions, strict=True)):
+                try:
+                    scores.append(float(self.task.score(p, c)))
+                    correct.append(bool(self.task.is_correct(p, c)))
+                except Exception as exc:
+                    raise RewardError(self._name_sample(exc, where, index[i], p, c,
+                                                        "task scorer")) from exc
+            return scores, correct
+        prompts = [p.prompt for p in problems]
+        answers = [p.answer for p in problems]
+        meta = {"cluster": [p.cluster for p in problems]}
+        try:
+            out = list(self.fn(prompts, list(completions), answers, **meta))
+        except Exception as exc:
+            # find the sample: call the function one sample at a time
+            for i, (p, c) in enumerate(zip(problems, completions, strict=True)):
+                try:
+                    self.fn([p.prompt], [c], [p.answer], cluster=[p.cluster])
+                except Exception as one:
+                    raise RewardError(self._name_sample(one, where, index[i], p, c, self.spec)
+                                      ) from one
+            raise RewardError(f"reward function {self.spec} raised {type(exc).__name__}: {exc} "
+                              f"on a batch of {len(prompts)} (no single sample fails alone)"
+                              ) from exc
+        if len(out) != len(prompts):
+            raise RewardError(f"reward function {self.spec} returned {len(out)} scores for "
+                              f"{len(prompts)} completions")
+        scores: list[float | None] = []
+        for i, s in enumerate(out):
+            if s is None:
+                scores.append(None)
+                continue
+            try:
+                value = float(s)
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value):
+                p = problems[i]
+                raise RewardError(f"reward function {self.spec} returned {s!r} (not a finite "
+                                  f"number or None) for {where} {index[i]} (prompt {p.prompt!r}, "
+                                  f"completion {completions[i]!r})")
+            scores.append(value)
+        correct = [s is not None and (s == 1.0 if self.binary else s >= 1.0) for s in scores]
+        return scores, correct
+
+    @staticmethod
+    def _name_sample(exc, where, i, problem, completion, who) -> str:
+        return (f"{who} raised {type(exc).__name__}: {exc} on {where} {i} "
+                f"(prompt {problem.prompt!r}, completion {completion!r})")
+
+
+def build_reward(spec: str, task) -> Reward:
+    """The `Reward` that `reward.fn: spec` names, for `task`."""
+    if spec not in BUILTIN and ":" not in spec:
+        from lmpo.registry import nearest
+
+        raise ConfigError(f"reward.fn {spec!r} unknown{nearest(spec, list(BUILTIN))}; valid: "
+                          f"{', '.join(BUILTIN)} or path/to/file.py:function")
+    return Reward(spec, task)
