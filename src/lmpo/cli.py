@@ -41,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="a Hugging Face model folder or a warm-start preset name")
     src.add_argument("--run", help="a run directory: its final policy on the run's own task, "
                                    "tiers and held-out set")
+    src.add_argument("--config", help="a train preset or YAML: its starting policy on its own "
+                                      "task, prompt format, reward and held-out set")
     ev.add_argument("--task", help="task for --model (default chain_sum; a run uses its own)")
+    ev.add_argument("--task-params", type=json.loads, default=None,
+                    help='rg:<dataset> parameters as JSON, e.g. \'{"min_terms": 2}\'')
     ev.add_argument("--per-tier", type=int,
                     help="held-out problems per tier (default 100; a run uses its own)")
     ev.add_argument("--max-new-tokens", type=int,
@@ -49,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--temperature", type=float,
                     help="0 = greedy (default; a run uses its own log.eval_temperature)")
     ev.add_argument("--samples", type=int, help="completions per problem at temperature > 0")
+    ev.add_argument("--reward", help="reward.fn for --model: task (default), exact, "
+                                     "last_number, math_verify or file.py:function")
+    ev.add_argument("--prompt-format", choices=("auto", "raw", "chat"),
+                    help="for --model (default auto: chat when the tokenizer has a template)")
+    ev.add_argument("--system-prompt", help="chat format: a system turn before each problem")
     ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
 
     cp = sub.add_parser("compare", help="run every arm x seed of an experiment (resumable)")
@@ -169,7 +178,8 @@ def cmd_eval(args) -> int:
     import torch
     from rich.console import Console
 
-    from lmpo.models import load_policy
+    from lmpo.models import PromptEncoder, load_policy, stop_token_ids
+    from lmpo.rewards import build_reward
     from lmpo.tasks import get_task
     from lmpo.tasks.heldout import heldout_split
     from lmpo.trainer.config import load_config
@@ -179,9 +189,10 @@ def cmd_eval(args) -> int:
 
     torch.set_num_threads(2)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
-    if args.run:
-        run_cfg = Path(args.run) / "config.yaml"
-        if not run_cfg.exists():
+    cfg = TrainConfig()
+    if args.run or args.config:
+        run_cfg = Path(args.run) / "config.yaml" if args.run else args.config
+        if args.run and not run_cfg.exists():
             raise FileNotFoundError(f"{args.run} is not a run directory (no config.yaml)")
         cfg = load_config(TrainConfig, run_cfg)
         task_name, per_tier = cfg.task, cfg.log.eval_per_tier
@@ -192,13 +203,20 @@ def cmd_eval(args) -> int:
     max_new = args.max_new_tokens or max_new
     temp = temp if args.temperature is None else args.temperature
     samples = args.samples or (samples if temp > 0 else 1)
-    model_dir = resolve_policy(args.model) if args.model else Path(args.run) / "policy"
+    model_dir = (Path(args.run) / "policy" if args.run
+                 else resolve_policy(args.model or cfg.policy))
     model, tokenizer = load_policy(model_dir)
-    task = get_task(task_name)
+    params = args.task_params if args.task_params is not None else (
+        cfg.task_params if task_name == cfg.task else None)
+    task = get_task(task_name, params or None)
+    encode = PromptEncoder(tokenizer, args.prompt_format or cfg.prompt_format,
+                           args.system_prompt or cfg.system_prompt)
+    reward = build_reward(args.reward or cfg.reward.fn, task)
     heldout = heldout_split(task, per_tier)
     print(f"held-out set ({task_name}): {heldout.describe()}")
     result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=max_new,
-                      trained_tiers=trained, temperature=temp, samples=samples)
+                      trained_tiers=trained, temperature=temp, samples=samples, reward=reward,
+                      encode=encode, eos_ids=stop_token_ids(model, tokenizer))
     Console().print(accuracy_table({"model": result}, title=f"{model_dir} on {task_name}"))
     out = Path(args.json) if args.json else model_dir / "eval_cli.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -8,10 +8,11 @@ from lmpo.models.llama import (
     num_parameters,
     save_policy,
 )
+from lmpo.models.prompting import PromptEncoder, stop_token_ids
 from lmpo.models.tokenizer import build_tokenizer
 from lmpo.models.value import ValueModel
 
 __all__ = [
-    "SIZES", "ValueModel", "build_policy", "build_tokenizer", "llama_config", "load_policy",
-    "num_parameters", "save_policy",
+    "SIZES", "PromptEncoder", "ValueModel", "build_policy", "build_tokenizer", "llama_config",
+    "load_policy", "num_parameters", "save_policy", "stop_token_ids",
 ]

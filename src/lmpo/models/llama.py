@@ -65,5 +65,7 @@ def load_policy(model_dir: str | Path, *, dtype=torch.float32):
         raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:  # many chat models ship none; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
     return model, tokenizer

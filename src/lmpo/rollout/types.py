@@ -31,6 +31,18 @@ class Rollout:
         return [tokenizer.decode(self.response_ids[i, :int(n)], skip_special_tokens=True)
                 for i, n in enumerate(self.lengths)]
 
+    def select(self, rows: torch.Tensor) -> Rollout:
+        """The rows `rows` [K] (long indices) of this rollout; `num_generated` is kept (the
+        tokens were generated whether or not the rows are used)."""
+        pick = rows.tolist()
+        return Rollout(
+            prompt_ids=self.prompt_ids[rows], prompt_mask=self.prompt_mask[rows],
+            response_ids=self.response_ids[rows], response_mask=self.response_mask[rows],
+            logp=self.logp[rows], regret=self.regret[rows],
+            values=None if self.values is None else self.values[rows],
+            stop_reason=[self.stop_reason[i] for i in pick], num_generated=self.num_generated,
+            lengths=self.lengths[rows])
+
     def full_sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids [B, P+T], attention_mask [B, P+T]) for a teacher-forced pass."""
         ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)

@@ -8,11 +8,8 @@ import torch
 
 from lmpo.logprobs import logprobs_and_entropy
 from lmpo.masked import position_ids
+from lmpo.rewards import Reward, RewardError
 from lmpo.rollout import Rollout, sample
-
-
-class ScorerError(RuntimeError):
-    pass
 
 
 @contextlib.contextmanager
@@ -26,34 +23,35 @@ def sampling_mode(model):
         model.train(was_training)
 
 
-def score_checked(task, problem, completion: str, where: str) -> float:
-    """task.score, with any exception re-raised naming `where`, the prompt and completion."""
+def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,
+                  r_fail: float, on_error: str
+                  ) -> tuple[list[float | None], list[bool], int]:
+    """Scores per sequence (None = no score), exact correctness, and the number of samples
+    whose reward function raised and were scored 0 (`on_error="zero"`; "raise" re-raises
+    the `RewardError` that names the sample). Early-stopped sequences get r_fail
+    (absorbing failure) and are never correct."""
+    live = [i for i, r in enumerate(stop_reason) if r != "early_stop"]
+    scores: list[float | None] = [r_fail] * len(problems)
+    correct = [False] * len(problems)
+    errors = 0
     try:
-        return float(task.score(problem, completion))
-    except Exception as exc:
-        raise ScorerError(f"task scorer raised {type(exc).__name__}: {exc} on {where} "
-                          f"(prompt {problem.prompt!r}, completion {completion!r})") from exc
-
-
-def score_rollout(task, problems, tokenizer, rollout: Rollout, *, r_fail: float,
-                  on_error: str) -> tuple[torch.Tensor, list[str], int]:
-    """Task scores per sequence; early-stopped sequences get r_fail (absorbing failure).
-
-    Returns (scores [B], completion texts, number of scorer errors scored as 0).
-    """
-    scores, texts, errors = [], rollout.texts(tokenizer), 0
-    for i, (problem, text) in enumerate(zip(problems, texts, strict=True)):
-        if rollout.stop_reason[i] == "early_stop":
-            scores.append(r_fail)
-            continue
-        try:
-            scores.append(score_checked(task, problem, text, f"sample {i}"))
-        except ScorerError:
-            if on_error != "zero":
-                raise
-            scores.append(0.0)
-            errors += 1
-    return torch.tensor(scores, dtype=torch.float32), texts, errors
+        got, ok = reward.score([problems[i] for i in live], [texts[i] for i in live],
+                               index=live)
+        pairs = list(zip(got, ok, strict=True))
+    except RewardError:
+        if on_error != "zero":
+            raise
+        pairs = []
+        for i in live:  # find the failing samples; they score 0
+            try:
+                one, good = reward.score([problems[i]], [texts[i]], index=[i])
+                pairs.append((one[0], good[0]))
+            except RewardError:
+                pairs.append((0.0, False))
+                errors += 1
+    for i, (s, ok) in zip(live, pairs, strict=True):
+        scores[i], correct[i] = s, ok
+    return scores, correct, errors
 
 
 def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
@@ -63,6 +61,8 @@ def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids:
     ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
     """
     t = response_ids.shape[1]
+    device = next(model.parameters()).device
+    ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                    logits_to_keep=t + 1).logits[:, :t]
     if temperature != 1.0:
@@ -85,15 +85,17 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_new_tokens: int,
-                   temperature: float, seed: int) -> dict[str, float]:
+                   temperature: float, seed: int, reward: Reward | None = None,
+                   eos_ids: list[int] | None = None) -> dict[str, float]:
     """ESPO diagnostics: let a copy of every early-stopped sequence run to its end.
 
     Returns the false-positive stop rate (share of stopped sequences whose finished
     copy is exactly correct), the mean would-have-been length and the tokens the
     copies generated past their stop (`espo/would_be_extra_tokens`, what stopping
     saved). Uses its own generator (seeded per step), so the training run's random
-    stream is untouched.
+    stream is untouched. Correctness is the `reward`'s (default: the task's scorer).
     """
+    reward = reward or Reward("task", task)
     stopped = [i for i, r in enumerate(rollout.stop_reason) if r == "early_stop"]
     if not stopped:
         return {}
@@ -104,16 +106,17 @@ def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_n
         prefixes.append(prompt + rollout.response_ids[i, :n].tolist())
         room.append(max_new_tokens - n)
     rest = sample(policy, prefixes, max_new_tokens=max(1, max(room)), temperature=temperature,
-                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                  eos_token_id=eos_ids or tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id,
                   generator=torch.Generator().manual_seed(seed))
-    correct, lengths, saved = [], [], []
+    texts, lengths, saved = [], [], []
     for j, i in enumerate(stopped):
         n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), max(room[j], 0))
         ids = rollout.response_ids[i, :n].tolist() + rest.response_ids[j, :extra].tolist()
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        correct.append(float(task.is_correct(problems[i], text)))
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
         lengths.append(n + extra)
         saved.append(extra)
+    correct = [float(ok) for ok in reward.score([problems[i] for i in stopped], texts)[1]]
     return {"espo/false_positive_rate": sum(correct) / len(correct),
             "espo/would_be_length_mean": sum(lengths) / len(lengths),
             "espo/would_be_extra_tokens": float(sum(saved))}

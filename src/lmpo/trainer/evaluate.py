@@ -16,23 +16,27 @@ import math
 
 import torch
 
+from lmpo.rewards import Reward
 from lmpo.rollout import sample
 from lmpo.tasks.base import Problem
-from lmpo.trainer.batch import sampling_mode, score_checked
+from lmpo.trainer.batch import sampling_mode
 
 EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
 
 
 def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
-             batch_size: int = 256, temperature: float = 0.0, generator=None) -> list[str]:
-    """Completion texts (EOS stripped) for `problems`, in order."""
+             batch_size: int = 256, temperature: float = 0.0, generator=None, encode=None,
+             eos_ids: list[int] | None = None) -> list[str]:
+    """Completion texts (EOS stripped) for `problems`, in order. `encode` turns a prompt
+    into tokens (default: the tokenizer as it is, the raw format)."""
+    encode = encode or tokenizer.encode
     texts = []
     with sampling_mode(model):
         for start in range(0, len(problems), batch_size):
             chunk = problems[start:start + batch_size]
-            texts += sample(model, [tokenizer.encode(p.prompt) for p in chunk],
+            texts += sample(model, [encode(p.prompt) for p in chunk],
                             max_new_tokens=max_new_tokens, temperature=temperature,
-                            eos_token_id=tokenizer.eos_token_id,
+                            eos_token_id=eos_ids or tokenizer.eos_token_id,
                             pad_token_id=tokenizer.pad_token_id,
                             generator=generator).texts(tokenizer)
     return texts
@@ -62,11 +66,14 @@ def summarise(per_tier: dict[str, dict]) -> dict:
 @torch.no_grad()
 def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens: int,
              trained_tiers: list[str] | None = None, temperature: float = 0.0,
-             samples: int = 1, batch_size: int = 256) -> dict:
+             samples: int = 1, batch_size: int = 256, reward: Reward | None = None,
+             encode=None, eos_ids: list[int] | None = None) -> dict:
     """Completions of `problems`, scored per tier (see the module docstring).
 
     `trained_tiers` None means every tier was trained on. `samples` > 1 needs a
-    temperature > 0 (greedy decoding would repeat itself).
+    temperature > 0 (greedy decoding would repeat itself). `reward` scores the completions
+    (default: the task's scorer); a score of None counts as not correct and is left out
+    of the reward mean.
     """
     if samples < 1 or (samples > 1 and temperature == 0):
         raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
@@ -74,15 +81,18 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     problems = [p for p in problems for _ in range(samples)]
     generator = torch.Generator().manual_seed(EVAL_SAMPLE_SEED) if temperature > 0 else None
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
-                     batch_size=batch_size, temperature=temperature, generator=generator)
+                     batch_size=batch_size, temperature=temperature, generator=generator,
+                     encode=encode, eos_ids=eos_ids)
+    scores, correct = (reward or Reward("task", task)).score(problems, texts,
+                                                             where="held-out problem")
     hits: dict[str, list[float]] = {tier: [] for tier in task.clusters}
     rewards: dict[str, list[float]] = {tier: [] for tier in task.clusters}
-    for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
-        rewards.setdefault(p.cluster, []).append(
-            score_checked(task, p, text, f"held-out problem {i}"))
-        hits.setdefault(p.cluster, []).append(float(task.is_correct(p, text)))
+    for p, score, ok in zip(problems, scores, correct, strict=True):
+        if score is not None:
+            rewards.setdefault(p.cluster, []).append(score)
+        hits.setdefault(p.cluster, []).append(float(ok))
     trained = set(task.clusters if trained_tiers is None else trained_tiers)
-    per_tier = {tier: {"accuracy": _mean(hits[tier]), "reward": _mean(rewards[tier]),
+    per_tier = {tier: {"accuracy": _mean(hits[tier]), "reward": _mean(rewards.get(tier, [])),
                        "n": len(hits[tier]) // samples, "trained": tier in trained}
                 for tier in hits}  # a tier with no held-out problem has None, not 0
     return summarise(per_tier) | {"decoding": decoding_name(temperature, samples)}

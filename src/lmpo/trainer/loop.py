@@ -44,6 +44,7 @@ from lmpo.trainer.config import ConfigError, save_config
 from lmpo.trainer.evaluate import evaluate, metrics_row, result_from_row
 from lmpo.trainer.faults import CRASH_ENV, crash_point, parse_crash_spec
 from lmpo.trainer.resume import check_resumable
+from lmpo.trainer.runtime import Runtime, resolve_device
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
 from lmpo.trainer.update import NonFiniteError, TrainBatch, update
@@ -75,8 +76,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     # ================================================================ setup
     bound = cfg.bind()
     policy, tok = load_policy(policy_dir)
-    policy.train()
-    task = get_task(cfg.task)
+    policy.to(resolve_device(cfg.device)).train()
+    task = get_task(cfg.task, cfg.task_params or None)
+    rt = Runtime.build(cfg, policy, tok, task)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
     group = cfg.rollout.group_size
     critic = ValueModel.from_policy(policy) if cfg.actor_critic else None
@@ -99,7 +101,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         return evaluate(policy, tok, task, heldout.problems,
                         max_new_tokens=cfg.log.eval_max_new_tokens,
                         trained_tiers=cfg.rollout.clusters,
-                        temperature=cfg.log.eval_temperature, samples=cfg.log.eval_samples)
+                        temperature=cfg.log.eval_temperature, samples=cfg.log.eval_samples,
+                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids)
 
     if ckpt is not None:
         state.load_state_dict(load_checkpoint(ckpt))
@@ -126,7 +129,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     bar.start()
     try:
         for step in range(state.step + 1, cfg.steps + 1):
-            row = train_step(step, cfg, state, bound, task, tok)
+            row = train_step(step, cfg, state, bound, task, rt)
             # ======================================================== evaluation
             if step % cfg.log.eval_every == 0 or step == cfg.steps:
                 row |= metrics_row(run_eval())
@@ -190,9 +193,11 @@ def or_alpha(cfg: TrainConfig) -> float:
     return float(cfg.loss.hparams.get("alpha", own["alpha"])) if "alpha" in own else OR_MARGIN
 
 
-def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task, tok) -> dict:
+def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
+               rt: Runtime) -> dict:
     """One RL iteration; returns the step's metrics row."""
     policy, critic, controller = state.policy, state.critic, state.controller
+    tok, dev = rt.tokenizer, rt.device
     t_start = time.perf_counter()
     # ================================================================ rollout
     group = cfg.rollout.group_size
@@ -200,20 +205,19 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     group_ids = torch.arange(len(problems)) // group
     needs_values = controller is not None and controller.needs_values
     with sampling_mode(policy):
-        rollout = sample(policy, [tok.encode(p.prompt) for p in problems],
+        rollout = sample(rt.rollout_model(), [rt.encode(p.prompt) for p in problems],
                          max_new_tokens=cfg.rollout.max_new_tokens,
-                         temperature=cfg.rollout.temperature, eos_token_id=tok.eos_token_id,
+                         temperature=cfg.rollout.temperature, eos_token_id=rt.stop_ids,
                          pad_token_id=tok.pad_token_id, generator=state.rngs["sample"],
                          value_fn=IncrementalValues(critic) if needs_values else None,
                          stopper=controller)
     t_rollout = time.perf_counter()
     # ================================================================ scoring
     r_fail = controller.r_fail if controller is not None else 0.0
-    scores, texts, scorer_errors = score_rollout(task, problems, tok, rollout, r_fail=r_fail,
-                                                 on_error=cfg.scorer_errors)
-    correct = torch.tensor([float(stop != "early_stop" and task.is_correct(p, text))
-                            for p, text, stop in zip(problems, texts, rollout.stop_reason,
-                                                     strict=True)])
+    texts = rollout.texts(tok)
+    scored, hits, scorer_errors = score_rollout(rt.reward, problems, texts, rollout.stop_reason,
+                                                r_fail=r_fail, on_error=cfg.scorer_errors)
+    correct = torch.tensor([float(ok) for ok in hits])
     t_score = time.perf_counter()
     stop_diag: dict[str, float] = {}
     if controller is not None and cfg.espo.measure_false_positives:  # with the rollout policy
@@ -221,13 +225,35 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
             stop_diag = finish_stopped(policy, tok, task, problems, rollout,
                                        max_new_tokens=cfg.rollout.max_new_tokens,
                                        temperature=cfg.rollout.temperature,
-                                       seed=cfg.seed * 1_000_003 + step)
+                                       seed=cfg.seed * 1_000_003 + step, reward=rt.reward,
+                                       eos_ids=rt.stop_ids)
     t_diag = time.perf_counter()
     # ================================================================ advantages
-    ids, mask = rollout.full_sequences()
-    resp_ids, resp_mask, old_logp = rollout.response_ids, rollout.response_mask, rollout.logp
+    # a sample its reward function scored None takes no part in the update (as in TRL)
+    row: dict = {"step": step, "data/reward_none": float(sum(s is None for s in scored))}
+    used = torch.tensor([i for i, s in enumerate(scored) if s is not None], dtype=torch.long)
+    scores = torch.tensor([s for s in scored if s is not None], dtype=torch.float32)
+    if not len(used):  # nothing to learn from: no update, the step is still logged
+        state.counters.tokens += rollout.num_generated
+        return row | {"reward/mean": 0.0, "reward/accuracy": float(correct.mean()),
+                      "tokens/generated": float(rollout.num_generated),
+                      "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
+                      "time/step": time.perf_counter() - t_start, "time/tokens_per_s": 0.0}
+    if len(used) < len(scored):
+        rollout, group_ids = rollout.select(used), group_ids[used]
+        problems = [problems[i] for i in used.tolist()]
+    ids, mask = (x.to(dev) for x in rollout.full_sequences())
+    resp_ids, resp_mask = rollout.response_ids.to(dev), rollout.response_mask.to(dev)
+    old_logp = rollout.logp.to(dev)
     b, t = resp_ids.shape
-    row: dict = {"step": step}
+    if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32":
+        with torch.no_grad():
+            recomputed, _ = forward_logprobs(policy, ids, mask, resp_ids,
+                                             cfg.rollout.temperature, with_entropy=False)
+        row["rollout/logp_mismatch"] = float(masked_mean((old_logp - recomputed).abs(),
+                                                         resp_mask))
+        if cfg.rollout.old_logp == "recompute":
+            old_logp = recomputed * resp_mask
     diagnose = (step - 1) % cfg.log.policy_kl_every == 0
     ref_logp = None
     if cfg.kl.coef > 0 or diagnose:
@@ -239,8 +265,8 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     if critic is not None:
         with torch.no_grad():
             batch.old_values = critic_values(critic, ids, mask, t) * resp_mask
-        rewards = torch.zeros(b, t)
-        rewards[torch.arange(b), rollout.lengths - 1] = scores
+        rewards = torch.zeros(b, t, device=dev)
+        rewards[torch.arange(b), rollout.lengths - 1] = scores.to(dev)
         if cfg.kl.coef > 0 and cfg.kl.mode == "reward":
             rewards = rewards - cfg.kl.coef * (old_logp - ref_logp) * resp_mask
         batch.adv, batch.returns, adv_metrics = state.estimator(rewards, batch.old_values,
@@ -250,11 +276,11 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     else:
         tiers = [p.cluster for p in problems]
         seq_adv, adv_metrics = state.estimator(scores, group_ids, clusters=tiers)
-        row |= adv_metrics | token_zero_frac(seq_adv, resp_mask, tiers)
+        row |= adv_metrics | token_zero_frac(seq_adv, rollout.response_mask, tiers)
         if cfg.rollout.dynamic_sampling:
             batch.keep, dropped = nonzero_variance_groups(scores, group_ids)
             row["data/groups_dropped"] = float(dropped)
-        batch.adv = seq_adv[:, None].expand(b, t)
+        batch.adv = seq_adv.to(dev)[:, None].expand(b, t)
     # ================================================================ update
     row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step)
     t_update = time.perf_counter()
@@ -278,7 +304,8 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     generated = rollout.num_generated
     state.counters.tokens += generated
     row |= {
-        "reward/mean": float(scores.mean()), "reward/std": float(scores.std()) if b > 1 else 0.0,
+        "reward/mean": float(scores.mean()) if b else 0.0,
+        "reward/std": float(scores.std()) if b > 1 else 0.0,
         "reward/accuracy": float(correct.mean()),
         "tokens/generated": float(generated), "tokens/cumulative": float(state.counters.tokens),
         "response/length_mean": float(rollout.lengths.float().mean()),

@@ -11,6 +11,10 @@ from typing import Any, ClassVar
 from lmpo.registry import nearest
 from lmpo.trainer.config import ConfigError
 
+PROMPT_FORMATS = ("auto", "raw", "chat")
+DEVICES = ("auto", "cpu", "cuda")
+ROLLOUT_DTYPES = ("float32", "bfloat16")
+
 
 @dataclass
 class RolloutConfig:
@@ -28,6 +32,20 @@ class RolloutConfig:
     """Train on these tiers only (None = all); evaluation always covers every tier."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal (counted in data/groups_dropped)."""
+    dtype: str = "float32"
+    """float32 | bfloat16: sample with a copy of the policy in this precision (the update
+    stays float32). bfloat16 is the training-inference mismatch DPPO/DRPO study."""
+    old_logp: str = "rollout"
+    """Which log-probs anchor the ratio: rollout (recorded while sampling) | recompute (a
+    float32 pass before the first update). rollout/logp_mismatch is logged when both exist."""
+
+
+@dataclass
+class RewardConfig:
+    fn: str = "task"
+    """task (the task's own scorer) | exact | last_number | math_verify |
+    path/to/file.py:function (TRL's shape: fn(prompts, completions, answers, **meta) ->
+    list[float | None]; None drops the sample, counted in data/reward_none)."""
 
 
 @dataclass
@@ -148,7 +166,18 @@ class LogConfig:
 class TrainConfig:
     preset_kind: ClassVar[str] = "train"
     task: str = "chain_sum"
-    """A built-in task (chain_sum, products) or a path to a JSONL dataset."""
+    """A built-in task (chain_sum, products), any reasoning-gym dataset as rg:<dataset>, or a
+    path to a JSONL dataset."""
+    task_params: dict[str, Any] = field(default_factory=dict)
+    """rg:<dataset> only: the dataset's parameters, and optional `tiers` (name -> parameters)."""
+    prompt_format: str = "auto"
+    """raw (the prompt text as it is) | chat (the tokenizer's chat template, the problem as
+    the user turn) | auto (chat when the policy's tokenizer ships a chat template)."""
+    system_prompt: str | None = None
+    """chat only: a system turn before the problem (None = the template's own default)."""
+    device: str = "cpu"
+    """auto (CUDA when present, else CPU) | cpu | cuda: where the policy, reference, critic
+    and every tensor they see live."""
     policy: str = "nano-chain-sum"
     """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
     warm-started on first use, then reused from the user cache: `lmpo.trainer.warmstart`)."""
@@ -164,6 +193,7 @@ class TrainConfig:
     your own losses, estimators or controllers register themselves (README: your own
     method)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -273,12 +303,26 @@ class TrainConfig:
              "copies: set espo.measure_false_positives=true"),
             (self.scorer_errors in ("raise", "zero"),
              f"scorer_errors must be raise|zero, got {self.scorer_errors!r}"),
-            (self.task in TASKS or self.task.endswith(".jsonl"),
-             f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)} or a .jsonl path"),
+            (self.task in TASKS or self.task.endswith(".jsonl") or self.task.startswith("rg:"),
+             f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}, "
+             "rg:<reasoning-gym dataset> or a .jsonl path"),
+            (not self.task_params or self.task.startswith("rg:"),
+             f"task_params apply only to rg:<dataset> tasks, not {self.task!r}"),
+            (self.prompt_format in PROMPT_FORMATS,
+             f"prompt_format {self.prompt_format!r} unknown; valid: {', '.join(PROMPT_FORMATS)}"),
+            (self.device in DEVICES,
+             f"device {self.device!r} unknown; valid: {', '.join(DEVICES)}"),
+            (r.dtype in ROLLOUT_DTYPES,
+             f"rollout.dtype {r.dtype!r} unknown; valid: {', '.join(ROLLOUT_DTYPES)}"),
+            (r.old_logp in ("rollout", "recompute"),
+             f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
+        from lmpo.rewards import build_reward
+
+        build_reward(self.reward.fn, None)  # an unknown name or a missing function fails now
         self.bind()
 
 

@@ -5,7 +5,9 @@ user cache, `$LMPO_HOME/policies/<name>-<lmpo version>/` (`LMPO_HOME` defaults t
 `~/.cache/lmpo`); later uses load it. Concurrent first uses (two runs of a sweep)
 build it once: the builder holds an exclusive file lock, writes into a temporary
 folder next to the entry and renames it into place, so no reader ever sees a
-half-written folder. A path to a Hugging Face folder is used as it is.
+half-written folder. A path to a Hugging Face folder is used as it is; a packaged
+real model's name (`smollm2-135m-instruct`) is converted once into
+`$LMPO_HOME/models/` (`lmpo.models.convert`).
 """
 
 from __future__ import annotations
@@ -34,12 +36,17 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
                    ) -> Path:
     """The model folder `spec` names: a local Hugging Face folder, or the cached (built on
     first use) warm start of the SFT preset `spec`."""
+    from lmpo.models.convert import REAL_MODELS, real_model
+
     path = Path(spec).expanduser()
     if (path / "config.json").is_file():
         return path
+    if spec in REAL_MODELS:
+        return real_model(spec)
     if presets.looks_like_file(spec) or path.exists() or presets.find(spec, "sft") is None:
         raise ConfigError(f"policy {spec!r} is neither a Hugging Face model folder (no "
-                          f"config.json there) nor a warm-start preset; warm-start presets: "
+                          f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
+                          f"nor a warm-start preset; warm-start presets: "
                           f"{', '.join(presets.names('sft'))}")
     return cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
 
@@ -47,7 +54,22 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
 def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
                   ) -> Path:
     """The cache entry of SFT preset `name`, built under a file lock if it is missing."""
-    final = cache_entry(name)
+
+    def build(tmp: Path) -> None:
+        from lmpo.trainer.config import load_config
+        from lmpo.trainer.sft import SFTConfig, run_sft
+
+        cfg = load_config(SFTConfig, name, [*sft_overrides, f"out={tmp}"])
+        print(f"lmpo: building the warm-start policy {name!r} on first use "
+              f"({cfg.steps} SFT steps; cached in {tmp.parent})", flush=True)
+        run_sft(cfg, progress=progress)
+
+    return build_once(cache_entry(name), build)
+
+
+def build_once(final: Path, build) -> Path:
+    """`final` (a model folder), made by `build(tmp)` into a temporary folder next to it
+    and renamed into place under an exclusive file lock, unless it already exists."""
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -55,15 +77,9 @@ def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str,
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if (final / "config.json").is_file():  # another process built it meanwhile
             return final
-        from lmpo.trainer.config import load_config
-        from lmpo.trainer.sft import SFTConfig, run_sft
-
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            cfg = load_config(SFTConfig, name, [*sft_overrides, f"out={tmp}"])
-            print(f"lmpo: building the warm-start policy {name!r} on first use "
-                  f"({cfg.steps} SFT steps; cached in {final})", flush=True)
-            run_sft(cfg, progress=progress)
+            build(tmp)
             os.replace(tmp, final)
         finally:
             if tmp.exists():

@@ -1,0 +1,64 @@
+"""What a run needs besides its checkpointed state: device, prompt encoder, stop tokens,
+reward function, and the model that samples (the policy, or its bfloat16 copy)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from lmpo.errors import ConfigError
+from lmpo.models import PromptEncoder, stop_token_ids
+from lmpo.rewards import Reward, build_reward
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto: CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda, but torch sees no CUDA device (use auto or cpu)")
+    return torch.device(name)
+
+
+class RolloutModel:
+    """The model `sample` runs: the policy itself (float32), or a copy of it in another
+    precision whose weights are refreshed from the policy before every rollout. Buffers
+    (RoPE frequencies) stay float32, as inference engines keep them."""
+
+    def __init__(self, policy, dtype: str):
+        self.policy = policy
+        self.dtype = getattr(torch, dtype)
+        self.copy = None
+        if self.dtype != torch.float32:
+            self.copy = copy.deepcopy(policy).to(self.dtype).eval().requires_grad_(False)
+            for name, buf in policy.named_buffers():
+                self.copy.get_buffer(name).data = buf.data.clone()
+
+    @torch.no_grad()
+    def __call__(self):
+        if self.copy is None:
+            return self.policy
+        for mine, theirs in zip(self.copy.parameters(), self.policy.parameters(), strict=True):
+            mine.copy_(theirs)
+        return self.copy
+
+
+@dataclass
+class Runtime:
+    tokenizer: object
+    encode: PromptEncoder
+    stop_ids: list[int]
+    reward: Reward
+    device: torch.device
+    rollout_model: RolloutModel
+
+    @classmethod
+    def build(cls, cfg, policy, tokenizer, task) -> Runtime:
+        return cls(tokenizer=tokenizer,
+                   encode=PromptEncoder(tokenizer, cfg.prompt_format, cfg.system_prompt),
+                   stop_ids=stop_token_ids(policy, tokenizer),
+                   reward=build_reward(cfg.reward.fn, task),
+                   device=next(policy.parameters()).device,
+                   rollout_model=RolloutModel(policy, cfg.rollout.dtype))
