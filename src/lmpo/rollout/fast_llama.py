@@ -29,10 +29,8 @@ def supports(model) -> bool:
 
 
 def _rms(x, weight, eps):
-    dtype = x.dtype
-    x = x.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x.to(dtype)
+    """Llama's RMSNorm (normalised in float32, weighted in the input's dtype), one fused op."""
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 
 def _rotate(x, cos, sin):
@@ -49,11 +47,16 @@ class FastLlamaDecoder:
         self.d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps, self.scale = c.rms_norm_eps, self.d ** -0.5
         rope = model.model.rotary_emb
-        self.inv_freq, self.rope_scale = rope.inv_freq.float(), rope.attention_scaling
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.lm_head = model.lm_head.weight
         b, dtype = prompt_mask.shape[0], self.embed.dtype
+        # cos/sin of every position this batch can reach, computed once (float32, as HF)
+        pos = torch.arange(capacity, device=prompt_mask.device, dtype=torch.float32)
+        freqs = pos[:, None] * rope.inv_freq.float().to(pos.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos = (emb.cos() * rope.attention_scaling).to(dtype)  # [capacity, D]
+        self.sin = (emb.sin() * rope.attention_scaling).to(dtype)
         self.layers = [{
             "qkv": torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
                               layer.self_attn.v_proj.weight]),
@@ -68,7 +71,7 @@ class FastLlamaDecoder:
         # so a padding query that sees only padding stays finite, as in HF's eager path)
         self.neg = torch.finfo(dtype).min
         self.bias = torch.zeros((b, capacity), dtype=dtype, device=prompt_mask.device)
-        self.bias[:, :prompt_mask.shape[1]] = torch.where(prompt_mask.bool(), 0.0, self.neg)
+        self.bias[:, :prompt_mask.shape[1]].masked_fill_(~prompt_mask.bool(), self.neg)
 
     def select(self, keep: torch.Tensor) -> None:
         for layer in self.layers:
@@ -85,31 +88,23 @@ class FastLlamaDecoder:
 
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         b, n = tokens.shape
-        t, g = self.length, self.h // self.kv
+        t, h, kv = self.length, self.h, self.kv
         x = self.embed[tokens]  # [B, n, H]
-        freqs = positions[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)[:, None]  # [B, 1, n, D]
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)[:, None]
-        bias = self.bias[:, None, None, None, :t + n]  # [B, 1, 1, 1, t+n]
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, n, D]
+        bias = self.bias[:, None, None, :t + n]  # [B, 1, 1, t+n]
         if n > 1:  # causal within the new tokens
             future = torch.ones(n, t + n, dtype=torch.bool, device=x.device).triu(t + 1)
             bias = bias.masked_fill(future, self.neg)
-        nq = self.h * self.d
         for layer in self.layers:
             qkv = F.linear(_rms(x, layer["ln1"], self.eps), layer["qkv"])
-            heads = qkv.view(b, n, self.h + 2 * self.kv, self.d).transpose(1, 2)  # [B, *, n, D]
-            q = _rotate(heads[:, :self.h], cos, sin)
-            layer["k"][:, :, t:t + n] = _rotate(heads[:, self.h:self.h + self.kv], cos, sin)
-            layer["v"][:, :, t:t + n] = heads[:, self.h + self.kv:]
-            keys, values = layer["k"][:, :, :t + n], layer["v"][:, :, :t + n]
-            q = q.reshape(b, self.kv, g * n, self.d)  # query heads grouped by their K/V head
-            scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale
-            scores = scores.view(b, self.kv, g, n, t + n) + bias
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            attn = torch.matmul(probs.view(b, self.kv, g * n, t + n), values)
-            attn = attn.view(b, self.h, n, self.d).transpose(1, 2).reshape(b, n, nq)
-            x = x + F.linear(attn, layer["o"])
+            heads = qkv.view(b, n, h + 2 * kv, self.d).transpose(1, 2)  # [B, h+2kv, n, D]
+            qk = _rotate(heads[:, :h + kv], cos, sin)  # queries and keys rotated together
+            layer["k"][:, :, t:t + n] = qk[:, h:]
+            layer["v"][:, :, t:t + n] = heads[:, h + kv:]
+            attn = F.scaled_dot_product_attention(
+                qk[:, :h], layer["k"][:, :, :t + n], layer["v"][:, :, :t + n],
+                attn_mask=bias, scale=self.scale, enable_gqa=kv != h)  # [B, h, n, D]
+            x = x + F.linear(attn.transpose(1, 2).reshape(b, n, h * self.d), layer["o"])
             gate, up = F.linear(_rms(x, layer["ln2"], self.eps), layer["gate_up"]).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])
         self.length += n
