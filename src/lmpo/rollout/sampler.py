@@ -52,8 +52,12 @@ def _cache_kwarg(forward) -> str:
 
 
 def cached_forward(module, cache, **kw):
-    """One forward pass with a KV cache; returns (output, updated cache)."""
-    kw[_cache_kwarg(type(module).forward)] = cache
+    """One forward pass with a KV cache; returns (output, updated cache). `module` may
+    wrap a Hugging Face model (a peft adapter): the kwarg name is the wrapped model's."""
+    inner = module
+    while hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    kw[_cache_kwarg(type(inner).forward)] = cache
     out = module(use_cache=True, **kw)
     return out, getattr(out, "cache", None) or out.past_key_values
 
@@ -127,39 +131,48 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     next_pos = position_ids(mask)[:, -1] + 1
     generated = 0
 
+    n_alive = b
     for t in range(max_new_tokens):
         logits = logits.float()
         if temperature > 0:
-            logprobs = torch.log_softmax(logits / temperature, dim=-1)
+            logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
             token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
         else:
             logprobs = torch.log_softmax(logits, dim=-1)
             token = logprobs.argmax(-1)
         chosen = logprobs.gather(1, token[:, None]).squeeze(1)
-        live = alive.nonzero().flatten()  # positions in the current batch still generating
-        rows_c, token_c = rows[live], token.cpu()[live]
+        token_c, chosen_c = token.cpu(), chosen.cpu()
+        regret = (logprobs.max(-1).values - chosen).cpu() if record_regret else None
+        vals = values.float().cpu() if values is not None else None
+        live = None  # every row of the current batch is still generating
+        rows_c = rows
+        if n_alive < len(rows):  # finished rows riding along until the next compaction
+            live = alive.nonzero().flatten()
+            rows_c, token_c, chosen_c = rows[live], token_c[live], chosen_c[live]
+            regret = regret[live] if regret is not None else None
+            vals = vals[live] if vals is not None else None
         ids_out[rows_c, t] = token_c
-        logp_out[rows_c, t] = chosen.cpu()[live]
-        if record_regret:
-            regret = (logprobs.max(-1).values - chosen).cpu()[live]
+        logp_out[rows_c, t] = chosen_c
+        if regret is not None:
             regret_out[rows_c, t] = regret
-        if values is not None:
-            values_out[rows_c, t] = values.float().cpu()[live]
+        if vals is not None:
+            values_out[rows_c, t] = vals
         lengths[rows_c] = t + 1
-        generated += len(live)
+        generated += len(rows_c)
 
         is_eos = torch.isin(token_c, eos)
         done = is_eos
         if stopper is not None:
-            vals = None if values is None else values.float().cpu()[live]
             stop = stopper.step(rows_c, regret, vals, t)
             for i in (stop & ~done).nonzero().flatten().tolist():
                 reasons[int(rows_c[i])] = "early_stop"
             done = done | stop
-        for i in is_eos.nonzero().flatten().tolist():
-            reasons[int(rows_c[i])] = "eos"
-        alive[live[done]] = False
-        n_alive = int(alive.sum())
+        finished = done.nonzero().flatten()
+        if len(finished):
+            for i in is_eos.nonzero().flatten().tolist():
+                reasons[int(rows_c[i])] = "eos"
+            alive[finished if live is None else live[finished]] = False
+            n_alive -= len(finished)
         if t == max_new_tokens - 1 or n_alive == 0:
             break
         if len(rows) - n_alive >= compact_frac * len(rows):
