@@ -53,7 +53,8 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
     for micro in mb.split(cfg.optim.micro_batch_size):
         m = resp_mask[micro]
         logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
-                                     batch.resp_ids[micro], cfg.rollout.temperature)
+                                     batch.resp_ids[micro], cfg.rollout.temperature,
+                                     share_prompts=cfg.optim.shared_prefix)
         loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
         if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
