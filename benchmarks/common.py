@@ -37,7 +37,7 @@ def write_result(name: str, payload: dict, *, threads: int = 2) -> Path:
     """Write results/<name>.json with the command, the commit and the machine."""
     path = RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = {"command": f"python benchmarks/{name}.py " + " ".join(sys.argv[1:]),
+    head = {"command": f"python benchmarks/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:]),
             "commit": commit(), "machine": machine(threads)}
     path.write_text(json.dumps(head | payload, indent=2) + "\n")
     print(f"wrote {path}")

@@ -26,6 +26,7 @@ from lmpo.models import PromptEncoder, load_policy, stop_token_ids
 from lmpo.models.convert import real_model
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
+from lmpo.trainer.batch import forward_logprobs
 
 
 def hf_generate(model, tok, prompts, max_new, seed, eos):
@@ -86,6 +87,14 @@ def main() -> None:
             tps[name].append(n / dt)
             secs[name].append(dt)
     med = {k: statistics.median(v) for k, v in tps.items()}
+    # the training-inference mismatch of bf16 sampling: behaviour log-probs vs a float32
+    # teacher-forced pass over the same tokens (what rollout/logp_mismatch logs)
+    r = sample(bf16, prompts, max_new_tokens=new, eos_token_id=eos,
+               pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(99))
+    ids, mask = r.full_sequences()
+    with torch.no_grad():
+        fp32_logp, _ = forward_logprobs(model, ids, mask, r.response_ids, with_entropy=False)
+    gap = (r.logp - fp32_logp).abs()[r.response_mask.bool()]
     row = {"model": "SmolLM2-135M-Instruct (float32 weights)", "rows": len(prompts),
            "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts), "max_new_tokens": new,
            **{f"{k}_tok_s": v for k, v in med.items()},
@@ -93,7 +102,10 @@ def main() -> None:
            "lmpo_vs_generate_fp32": med["lmpo_fp32"] / med["hf_generate_fp32"],
            "lmpo_vs_generate_bf16": med["lmpo_bf16"] / med["hf_generate_bf16"],
            "lmpo_bf16_vs_generate_fp32": med["lmpo_bf16"] / med["hf_generate_fp32"],
-           "shared_prompt_gain": med["lmpo_fp32"] / med["lmpo_fp32_unshared"]}
+           "shared_prompt_gain": med["lmpo_fp32"] / med["lmpo_fp32_unshared"],
+           "bf16_logp_mismatch_mean": float(gap.mean()),
+           "bf16_logp_mismatch_p99": float(gap.quantile(0.99)),
+           "bf16_logp_mismatch_max": float(gap.max())}
     print(json.dumps(row, indent=1))
     write_result("real_sampling", {
         "note": "tokens counted up to and including EOS on both sides; median of the repeats, "

@@ -7,6 +7,12 @@ each method actually returns up to and including EOS. Also: the cost of
 recording regret and of per-step critic values, as ratios to bare sampling.
 
     python benchmarks/rollout_speed.py [--repeats 5] [--max-new-tokens 32]
+    python benchmarks/rollout_speed.py --fixed-length --sizes nano --nano-policy none \
+        --batches 256 --max-new-tokens 48      # every row runs to the limit on both sides
+
+`--fixed-length` ignores EOS on both sides (lmpo: no EOS id; `generate`:
+min_new_tokens = max_new_tokens), so both generate exactly batch x max_new_tokens
+tokens: the per-token cost, without lmpo's dropping of finished rows.
 """
 
 from __future__ import annotations
@@ -26,34 +32,39 @@ from lmpo.tasks import get_task
 from lmpo.trainer.warmstart import resolve_policy
 
 
-def hf_generate(model, tok, prompts, max_new, seed):
+def hf_generate(model, tok, prompts, max_new, seed, fixed=False):
     torch.manual_seed(seed)
     batch = tok.pad({"input_ids": prompts}, return_tensors="pt")
     with torch.inference_mode():
         out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                              max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
-                             pad_token_id=tok.pad_token_id)
+                             pad_token_id=tok.pad_token_id,
+                             min_new_tokens=max_new if fixed else None)
     gen = out[:, batch["input_ids"].shape[1]:]
+    if fixed:
+        return gen.numel()
     is_eos = gen == tok.eos_token_id
     first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, gen.shape[1])
     return int(first.sum())
 
 
-def lmpo_sample(model, tok, prompts, max_new, seed, **kw):
-    r = sample(model, prompts, max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
+def lmpo_sample(model, tok, prompts, max_new, seed, fixed=False, **kw):
+    r = sample(model, prompts, max_new_tokens=max_new,
+               eos_token_id=-1 if fixed else tok.eos_token_id,
                pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed), **kw)
     return r.num_generated
 
 
 def measure(model, critic, tok, prompts, args) -> dict[str, float]:
     """Median tokens/s of each variant, the variants alternated within each repeat."""
-    new = args.max_new_tokens
+    new, fx = args.max_new_tokens, args.fixed_length
     variants = {
-        "hf_generate": lambda s: hf_generate(model, tok, prompts, new, s),
-        "lmpo": lambda s: lmpo_sample(model, tok, prompts, new, s),
-        "lmpo_hf_forward": lambda s: lmpo_sample(model, tok, prompts, new, s, fast=False),
-        "lmpo_no_regret": lambda s: lmpo_sample(model, tok, prompts, new, s, record_regret=False),
-        "lmpo_values": lambda s: lmpo_sample(model, tok, prompts, new, s, value_fn=critic),
+        "hf_generate": lambda s: hf_generate(model, tok, prompts, new, s, fx),
+        "lmpo": lambda s: lmpo_sample(model, tok, prompts, new, s, fx),
+        "lmpo_hf_forward": lambda s: lmpo_sample(model, tok, prompts, new, s, fx, fast=False),
+        "lmpo_no_regret": lambda s: lmpo_sample(model, tok, prompts, new, s, fx,
+                                                record_regret=False),
+        "lmpo_values": lambda s: lmpo_sample(model, tok, prompts, new, s, fx, value_fn=critic),
     }
     for fn in variants.values():
         fn(0)  # warm-up
@@ -77,6 +88,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fixed-length", action="store_true",
+                    help="ignore EOS on both sides: every row generates max-new-tokens")
+    ap.add_argument("--out", default="rollout_speed", help="results/<out>.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
@@ -94,6 +108,7 @@ def main() -> None:
             rows.append({
                 "size": size, "params": num_parameters(model), "batch": bsz,
                 "weights": "warm-started" if trained else "random init",
+                "fixed_length": args.fixed_length, "max_new_tokens": args.max_new_tokens,
                 **{f"{k}_tok_s": v for k, v in med.items()},
                 "lmpo_vs_generate": med["lmpo"] / med["hf_generate"],
                 "fast_path_gain": med["lmpo"] / med["lmpo_hf_forward"],
@@ -117,7 +132,7 @@ def main() -> None:
                       f"{r['regret_cost']:.2f}x",
                       f"{r['values_cost']:.2f}x")
     Console(width=150).print(table)
-    write_result("rollout_speed", {
+    write_result(args.out, {
         "note": "regret/values cost = time with / time without (1.00x = free); tokens counted "
                 "up to and including EOS for both methods",
         "rows": rows,

@@ -1,9 +1,16 @@
 """lmpo train vs TRL's GRPOTrainer, side by side in one process (run in .venv-trl).
 
-Same tiny policy and tokenizer, 16 prompts x G = 4, 32 new tokens, temperature
-1, one optimiser step per rollout, the same loss (PPO-clip, eps 0.2, token-mean
-= TRL's loss_type "dapo"), no KL, lr 5e-5, every chain-sum tier, the task's
-checker as the reward (partial credit included, on both sides). The two run
+Same policy and tokenizer, temperature 1, one optimiser step per rollout, the same
+loss (PPO-clip, eps 0.2, token-mean = TRL's loss_type "dapo"), no KL, and the same
+reward function object on both sides: `lmpo.rewards.last_number` (1 when the last
+number of the completion is the gold answer), passed to TRL as a reward function
+and to lmpo as `reward.fn: benchmarks/bench_reward.py:reward`.
+- tiny policies (nano warm-started, small random init): 16 prompts x G = 4, 32 new
+  tokens, every chain-sum tier, lr 5e-5, raw prompts;
+- `smollm2`: SmolLM2-135M-Instruct (the folder lmpo converts, `--smollm2-dir`), 8
+  prompts x G = 8, 24 new tokens, 1-digit two-term chain sums in its chat format
+  (TRL gets conversational prompts and applies the same template), lr 5e-6.
+The two run
 alternately (TRL, lmpo, TRL, lmpo); a step's time is the wall time between
 consecutive step ends (everything the trainer does per step),
 median over the steps after the first three of each round. TRL runs with a
@@ -11,7 +18,9 @@ constant learning rate and no warm-up, like lmpo's run. Reward: mean training
 reward of each round's last 5 steps, mean ± standard error over rounds.
 
     make test-trl   # builds .venv-trl
-    .venv-trl/bin/python benchmarks/vs_trl.py [--steps 15] [--rounds 2]
+    .venv/bin/lmpo eval --config real-demo --per-tier 1   # converts SmolLM2 once
+    .venv-trl/bin/python benchmarks/vs_trl.py [--steps 15] [--rounds 2] \
+        [--sizes nano small smollm2]
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,24 +42,44 @@ from lmpo.tasks import get_task
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.config import load_config
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.warmstart import resolve_policy
+from lmpo.trainer.warmstart import lmpo_home, resolve_policy
 
-PROMPTS, G, NEW, LR = 16, 4, 32, 5e-5
+BENCH_REWARD = Path(__file__).parent / "bench_reward.py"
 
 
-def trl_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list[float], float]:
+@dataclass(frozen=True)
+class Setting:
+    prompts: int
+    group: int
+    new_tokens: int
+    lr: float
+    task: str
+    task_params: dict = field(default_factory=dict)
+    chat: bool = False
+
+
+TINY = Setting(16, 4, 32, 5e-5, "chain_sum")
+REAL = Setting(8, 8, 24, 5e-6, "rg:chain_sum", {"min_terms": 2, "max_terms": 2,
+                                                "min_digits": 1, "max_digits": 1}, chat=True)
+
+
+def trl_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
+              ) -> tuple[list[float], float]:
+    from bench_reward import reward as shared_reward
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     model, tok = load_policy(policy_dir)
-    task = get_task("chain_sum")
-    problems = task.sample(PROMPTS * steps, random.Random(seed))
-    by_prompt = {p.prompt: p for p in problems}
-    data = Dataset.from_dict({"prompt": [p.prompt for p in problems]})
+    task = get_task(s.task, s.task_params or None)
+    problems = task.sample(s.prompts * steps, random.Random(seed))
+    prompts = [[{"role": "user", "content": p.prompt}] if s.chat else p.prompt for p in problems]
+    data = Dataset.from_dict({"prompt": prompts, "answer": [p.answer for p in problems]})
 
-    def reward(prompts, completions, **kwargs):  # the task's own scorer, as lmpo train uses
-        return [task.score(by_prompt[p], c) for p, c in zip(prompts, completions, strict=True)]
+    def reward(prompts, completions, answer, **kwargs):  # the very function lmpo calls
+        if s.chat:
+            completions = [c[-1]["content"] for c in completions]
+        return shared_reward(prompts, completions, answer)
 
     ends: list[float] = []
 
@@ -57,9 +87,9 @@ def trl_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list[
         def on_step_end(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
 
-    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=PROMPTS * G,
-                      num_generations=G, max_completion_length=NEW, temperature=1.0,
-                      learning_rate=LR, beta=0.0, loss_type="dapo", epsilon=0.2,
+    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=s.prompts * s.group,
+                      num_generations=s.group, max_completion_length=s.new_tokens,
+                      temperature=1.0, learning_rate=s.lr, beta=0.0, loss_type="dapo", epsilon=0.2,
                       max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
                       use_cpu=True, seed=seed, gradient_accumulation_steps=1,
                       lr_scheduler_type="constant", warmup_steps=0)
@@ -72,7 +102,8 @@ def trl_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list[
     return times, statistics.mean(rewards[-5:])
 
 
-def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list[float], float]:
+def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
+               ) -> tuple[list[float], float]:
     ends: list[float] = []
     real_append = loop.append_row
 
@@ -80,10 +111,12 @@ def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int) -> tuple[list
         real_append(path, row)
         ends.append(time.perf_counter())
 
+    task = [f"task={s.task}", *[f"task_params.{k}={v}" for k, v in s.task_params.items()],
+            f"prompt_format={'chat' if s.chat else 'raw'}", f"reward.fn={BENCH_REWARD}:reward"]
     cfg = load_config(TrainConfig, "dapo", [
-        f"policy={policy_dir}", f"steps={steps}", f"seed={seed}", f"optim.lr={LR}",
-        f"rollout.batch_size={PROMPTS * G}", f"rollout.group_size={G}",
-        f"rollout.max_new_tokens={NEW}", "rollout.dynamic_sampling=false",
+        f"policy={policy_dir}", f"steps={steps}", f"seed={seed}", f"optim.lr={s.lr}", *task,
+        f"rollout.batch_size={s.prompts * s.group}", f"rollout.group_size={s.group}",
+        f"rollout.max_new_tokens={s.new_tokens}", "rollout.dynamic_sampling=false",
         "loss.hparams={eps_low: 0.2, eps_high: 0.2}", "log.eval_every=100000",
         "log.checkpoint_every=100000", "log.eval_per_tier=1", "optim.warmup_steps=0",
         # one optimiser step per rollout over every tier, as TRL's run below
@@ -106,28 +139,41 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--nano-rounds", type=int, default=8,
                     help="more rounds for the cheap model: its per-step reward is noisy")
-    ap.add_argument("--sizes", nargs="+", default=["nano", "small"])
+    ap.add_argument("--sizes", nargs="+", default=["nano", "small", "smollm2"])
+    ap.add_argument("--smollm2-dir", type=Path,
+                    default=lmpo_home() / "models" / "smollm2-135m-instruct",
+                    help="the converted SmolLM2 folder (lmpo converts it on first use)")
+    ap.add_argument("--smollm2-rounds", type=int, default=1)
+    ap.add_argument("--smollm2-steps", type=int, default=6)
     args = ap.parse_args()
     torch.set_num_threads(2)
     tmp = Path(tempfile.mkdtemp())
     tok = build_tokenizer()
     rows = []
     for size in args.sizes:
+        setting, steps, rounds = TINY, args.steps, args.rounds
         if size == "nano":
             policy_dir, weights = resolve_policy("nano-chain-sum"), "warm-started"
+            rounds = args.nano_rounds
+        elif size == "smollm2":
+            policy_dir, weights = args.smollm2_dir, "pretrained"
+            setting, steps, rounds = REAL, args.smollm2_steps, args.smollm2_rounds
         else:
             policy_dir = save_policy(build_policy(size, tok), tok, tmp / f"{size}-init")
             weights = "random init"
         params = num_parameters(load_policy(policy_dir)[0])
         res = {"trl": ([], []), "lmpo": ([], [])}
-        for r in range(args.nano_rounds if size == "nano" else args.rounds):
+        for r in range(rounds):
             for name, fn in (("trl", trl_round), ("lmpo", lmpo_round)):
-                times, reward = fn(policy_dir, args.steps, tmp / f"{size}-{name}-{r}", seed=r)
+                times, reward = fn(policy_dir, steps, tmp / f"{size}-{name}-{r}", seed=r,
+                                   s=setting)
                 res[name][0].extend(times[3:])
                 res[name][1].append(reward)
         med = {k: statistics.median(v[0]) for k, v in res.items()}
         rows.append({"size": size, "params": params, "weights": weights,
-                     "rounds": len(res["trl"][1]),
+                     "rounds": len(res["trl"][1]), "steps": steps,
+                     "prompts_x_group": f"{setting.prompts}x{setting.group}",
+                     "new_tokens": setting.new_tokens,
                      "trl_s_per_step": med["trl"], "lmpo_s_per_step": med["lmpo"],
                      "speedup": med["trl"] / med["lmpo"],
                      **{f"{k}_reward_last5": statistics.mean(v[1]) for k, v in res.items()},
@@ -137,13 +183,14 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"seconds per RL step, {PROMPTS} prompts x G={G}, {NEW} new tokens")
-    for col in ("model", "weights", "TRL GRPOTrainer", "lmpo train", "speed-up",
-                f"reward (last 5 of {args.steps}) TRL / lmpo"):
+    table = Table(title="seconds per RL step, same loss and reward function")
+    for col in ("model", "weights", "prompts x G", "TRL GRPOTrainer", "lmpo train", "speed-up",
+                "reward (last 5 steps) TRL / lmpo"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(f"{r['size']} ({r['params'] / 1e6:.2f}M)", r["weights"],
-                      f"{r['trl_s_per_step']:.3f}", f"{r['lmpo_s_per_step']:.3f}",
+                      r["prompts_x_group"], f"{r['trl_s_per_step']:.3f}",
+                      f"{r['lmpo_s_per_step']:.3f}",
                       f"{r['speedup']:.2f}x",
                       f"{r['trl_reward_last5']:.3f}±{r['trl_reward_last5_sem']:.3f} / "
                       f"{r['lmpo_reward_last5']:.3f}±{r['lmpo_reward_last5_sem']:.3f}")

@@ -15,7 +15,7 @@ from lmpo.trainer.resume import flatten
 from lmpo.trainer.train_config import TrainConfig
 
 PRESETS = presets.names("train")
-BASES = {"base", "base_ac"}
+BASES = {"base", "base_ac", "real-demo"}  # settings of their own, not method presets
 
 # What each method defines (methods.md, "Presets, matched comparisons ..."); `x.*` is any
 # key under x. A preset differs from the one it extends in these keys and no others.

@@ -59,3 +59,18 @@ def test_bf16_rollouts_log_the_mismatch_and_anchor_the_ratio_as_asked(tiny_polic
         assert deviation < 1e-6
     else:
         assert deviation > 1e-5
+
+
+def test_device_names_resolve_and_cuda_without_a_gpu_is_a_clear_error(tiny_policy_dir, tmp_path):
+    from lmpo.errors import ConfigError
+    from lmpo.trainer.runtime import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert resolve_device("auto").type == "cuda"
+    else:
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ConfigError, match="device: cuda, but torch sees no CUDA device"):
+            resolve_device("cuda")
+    rows = rows_of(tiny_policy_dir, tmp_path, "auto", ["device=auto", "steps=1"])
+    assert rows[0]["train/updates"] == 1

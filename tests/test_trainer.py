@@ -53,7 +53,8 @@ def test_every_preset_loads_builds_and_runs_one_step(preset, tiny_policy_dir, tm
     assert (tmp_path / "run" / "policy" / "config.json").exists()
     assert (tmp_path / "run" / "config.yaml").exists()
     assert summary["after"]["n"] == summary["before"]["n"]
-    assert summary["after"]["trained_tiers"] == cfg.rollout.clusters
+    every_tier = list(summary["before"]["per_tier"])  # rollout.clusters None: all of them
+    assert summary["after"]["trained_tiers"] == (cfg.rollout.clusters or every_tier)
 
 
 @pytest.mark.parametrize("preset,override,msg", [

@@ -139,8 +139,8 @@ def accuracy_table(results: dict[str, dict], title: str = "held-out evaluation")
 
     decoding = next(iter(results.values())).get("decoding", "greedy")
     table = Table(title=f"{title} ({decoding})",
-                  caption="accuracy = exactly correct; reward = task score (partial credit); "
-                          "* = trained on")
+                  caption="accuracy = exactly correct; reward = mean of reward.fn (the task's "
+                          "score by default: partial credit); * = trained on")
     table.add_column("tier")
     table.add_column("n", justify="right")
     for name in results:

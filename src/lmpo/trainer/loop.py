@@ -8,7 +8,6 @@ registries and their metadata (the loss, the estimator and whether it
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -21,6 +20,7 @@ from lmpo.advantages import nonzero_variance_groups
 from lmpo.losses import OR_MARGIN, displacement_metrics, loss_hparams
 from lmpo.masked import masked_mean
 from lmpo.models import ValueModel, load_policy, save_policy
+from lmpo.models.adapters import merged_copy
 from lmpo.rollout import IncrementalValues, sample
 from lmpo.tasks import Sampler, get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
@@ -44,7 +44,7 @@ from lmpo.trainer.config import ConfigError, save_config
 from lmpo.trainer.evaluate import evaluate, metrics_row, result_from_row
 from lmpo.trainer.faults import CRASH_ENV, crash_point, parse_crash_spec
 from lmpo.trainer.resume import check_resumable
-from lmpo.trainer.runtime import Runtime, resolve_device
+from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
 from lmpo.trainer.update import NonFiniteError, TrainBatch, update
@@ -77,15 +77,16 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     bound = cfg.bind()
     policy, tok = load_policy(policy_dir)
     policy.to(resolve_device(cfg.device)).train()
+    critic = ValueModel.from_policy(policy) if cfg.actor_critic else None  # before adapters
+    policy, reference = prepare_policy(policy, cfg)
     task = get_task(cfg.task, cfg.task_params or None)
     rt = Runtime.build(cfg, policy, tok, task)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
     group = cfg.rollout.group_size
-    critic = ValueModel.from_policy(policy) if cfg.actor_critic else None
     state = RunState(
-        policy=policy, reference=copy.deepcopy(policy).eval().requires_grad_(False),
-        opt=torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr,
-                              weight_decay=cfg.optim.weight_decay),
+        policy=policy, reference=reference,
+        opt=torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad],
+                              lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay),
         sampler=Sampler(training_pool(task, cfg, heldout.prompts),
                         cfg.rollout.batch_size // group, kind=cfg.rollout.sampler,
                         seed=cfg.seed, order=task.clusters),
@@ -156,7 +157,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             writer.close()
 
     # ================================================================ finish
-    save_policy(policy, tok, run_dir / "policy")
+    save_policy(merged_copy(policy), tok, run_dir / "policy")  # LoRA: adapters folded in
     rows = read_rows(metrics_path)
     final = rows[-1] if rows else {}
     summary = {"before": state.before, "after": result_from_row(final, state.before),

@@ -22,6 +22,29 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def enable_checkpointing(model) -> None:
+    """Recompute activations in the backward pass (transformers 5 renamed the switch)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def prepare_policy(policy, cfg):
+    """(policy, reference): gradient checkpointing and LoRA adapters as configured; the
+    reference is a frozen copy, or with LoRA the policy with its adapters switched off."""
+    if cfg.optim.gradient_checkpointing:
+        enable_checkpointing(policy)
+    if cfg.lora.r > 0:
+        from lmpo.models.adapters import AdaptersOff, apply_lora
+
+        policy = apply_lora(policy, r=cfg.lora.r, alpha=cfg.lora.alpha,
+                            dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules)
+        return policy, AdaptersOff(policy)
+    return policy, copy.deepcopy(policy).eval().requires_grad_(False)
+
+
 class RolloutModel:
     """The model `sample` runs: the policy itself (float32), or a copy of it in another
     precision whose weights are refreshed from the policy before every rollout. Buffers

@@ -49,6 +49,17 @@ class RewardConfig:
 
 
 @dataclass
+class LoRAConfig:
+    r: int = 0
+    """Adapter rank; 0 = full fine-tuning. With r > 0 the reference policy is the base model
+    with the adapters disabled (no second copy)."""
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
 class LossConfig:
     name: str = "ppo_clip"
     """Any name from lmpo.losses.list_losses()."""
@@ -100,6 +111,11 @@ class OptimConfig:
     micro_batch_size: int = 64
     """Sequences per forward/backward; gradients accumulate with global token counts."""
     entropy_coef: float = 0.0
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass (less memory, ~1.3x time)."""
+    shared_prefix: bool = True
+    """Run each distinct prompt of a micro-batch once in the update's forward, its KV cache
+    shared by the group's responses (same log-probs and gradients, less work)."""
 
 
 @dataclass
@@ -194,6 +210,7 @@ class TrainConfig:
     method)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -314,6 +331,8 @@ class TrainConfig:
              f"device {self.device!r} unknown; valid: {', '.join(DEVICES)}"),
             (r.dtype in ROLLOUT_DTYPES,
              f"rollout.dtype {r.dtype!r} unknown; valid: {', '.join(ROLLOUT_DTYPES)}"),
+            (self.lora.r >= 0 and self.lora.alpha > 0 and 0 <= self.lora.dropout < 1,
+             f"lora needs r >= 0, alpha > 0 and 0 <= dropout < 1, got {self.lora}"),
             (r.old_logp in ("rollout", "recompute"),
              f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
         ]
