@@ -89,22 +89,27 @@ class FastLlamaDecoder:
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         b, n = tokens.shape
         t, h, kv = self.length, self.h, self.kv
+        g = h // kv
         x = self.embed[tokens]  # [B, n, H]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, n, D]
-        bias = self.bias[:, None, None, :t + n]  # [B, 1, 1, t+n]
+        bias = self.bias[:, None, None, None, :t + n]  # [B, 1, 1, 1, t+n]
         if n > 1:  # causal within the new tokens
             future = torch.ones(n, t + n, dtype=torch.bool, device=x.device).triu(t + 1)
-            bias = bias.masked_fill(future, self.neg)
+            bias = bias.masked_fill(future, self.neg)  # [B, 1, 1, n, t+n]
         for layer in self.layers:
             qkv = F.linear(_rms(x, layer["ln1"], self.eps), layer["qkv"])
             heads = qkv.view(b, n, h + 2 * kv, self.d).transpose(1, 2)  # [B, h+2kv, n, D]
             qk = _rotate(heads[:, :h + kv], cos, sin)  # queries and keys rotated together
             layer["k"][:, :, t:t + n] = qk[:, h:]
             layer["v"][:, :, t:t + n] = heads[:, h + kv:]
-            attn = F.scaled_dot_product_attention(
-                qk[:, :h], layer["k"][:, :, :t + n], layer["v"][:, :, :t + n],
-                attn_mask=bias, scale=self.scale, enable_gqa=kv != h)  # [B, h, n, D]
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, n, h * self.d), layer["o"])
+            keys, values = layer["k"][:, :, :t + n], layer["v"][:, :, :t + n]
+            q = qk[:, :h].reshape(b, kv, g * n, self.d)  # query heads grouped by K/V head
+            scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale
+            scores = scores.view(b, kv, g, n, t + n) + bias
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            attn = torch.matmul(probs.view(b, kv, g * n, t + n), values)  # [B, kv, g*n, D]
+            attn = attn.view(b, h, n, self.d).transpose(1, 2).reshape(b, n, h * self.d)
+            x = x + F.linear(attn, layer["o"])
             gate, up = F.linear(_rms(x, layer["ln2"], self.eps), layer["gate_up"]).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])
         self.length += n
