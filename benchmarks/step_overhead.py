@@ -57,8 +57,8 @@ def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> lis
                    pad_token_id=tok.pad_token_id, generator=gen)
         policy.train()
         ids, mask = r.full_sequences()
-        for _ in range(cfg.optim.epochs):
-            for mb in torch.arange(len(ids)).chunk(cfg.optim.minibatches):
+        for _ in range(cfg.optim.epochs):  # shuffled minibatches, as the trainer's
+            for mb in torch.randperm(len(ids), generator=gen).chunk(cfg.optim.minibatches):
                 logp, _ = forward_logprobs(policy, ids[mb], mask[mb], r.response_ids[mb])
                 (logp * r.response_mask[mb]).sum().backward()
                 opt.step()

@@ -45,6 +45,20 @@ def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], torch.Tensor]:
     return first, torch.tensor(inverse, dtype=torch.long)
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row from the categorical `probs` [B, V], by inverse CDF: one uniform
+    per row against the row's cumulative sum (float64, so the tail is exact to ~1e-16).
+
+    `torch.multinomial` draws an exponential variate for every vocabulary entry instead;
+    with an explicit generator that runs single-threaded, 65 ms a step for 64 rows of a
+    49k vocabulary, a fifth of SmolLM2's sampling time. The uniforms come from `generator`
+    on the CPU, whatever device the probabilities are on."""
+    cdf = probs.double().cumsum_(-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64)
+    u = u.to(probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+
+
 @functools.cache
 def _cache_kwarg(forward) -> str:
     """transformers >= 5.24 calls the KV cache `cache`; earlier versions `past_key_values`."""
@@ -136,7 +150,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
         logits = logits.float()
         if temperature > 0:
             logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
-            token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
+            token = draw(logprobs.exp(), generator)
         else:
             logprobs = torch.log_softmax(logits, dim=-1)
             token = logprobs.argmax(-1)
