@@ -24,13 +24,16 @@ def machine(threads: int) -> str:
 
 
 def commit() -> str:
-    """The checked-out commit, with "+changes" if the working tree differs from it."""
+    """The checked-out commit, with "+changes" if the working tree differs from it (results
+    files aside: a benchmark run rewrites them)."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True,
                               cwd=Path(__file__).parent).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if "benchmarks/results/" not in line]
+    return head + ("+changes" if changed else "")
 
 
 def write_result(name: str, payload: dict, *, threads: int = 2) -> Path:
