@@ -78,6 +78,9 @@ test-wheel:
 bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py
 	$(PY) benchmarks/rollout_speed.py
+	$(PY) benchmarks/rollout_speed.py --fixed-length --sizes nano --nano-policy none \
+		--batches 256 --max-new-tokens 48 --out rollout_speed_fixed
+	$(PY) benchmarks/real_sampling.py
 	$(PY) benchmarks/step_overhead.py
 
 clean:
