@@ -145,3 +145,29 @@ def test_the_guard_times_out_a_hanging_checker_then_recovers_in_any_thread():
         assert out == [1.0]  # a fresh worker, called from a non-main thread
     finally:
         worker.close()
+
+
+@pytest.mark.parametrize("rule, dropped", [("i % 3 == 0", 6), ("True", 16)])
+def test_none_scores_are_dropped_from_the_update_and_counted(tiny_policy_dir, tmp_path, rule,
+                                                             dropped):
+    import json
+
+    from lmpo.trainer.config import load_config
+    from lmpo.trainer.loop import train
+    from lmpo.trainer.train_config import TrainConfig
+
+    spec = write_fn(tmp_path, f"""
+def reward(prompts, completions, answers, **meta):
+    return [None if {rule} else len(c) / 10 for i, c in enumerate(completions)]
+""")
+    cfg = load_config(TrainConfig, "grpo", [
+        f"policy={tiny_policy_dir}", f"reward.fn={spec}", "steps=2", "rollout.batch_size=16",
+        "rollout.group_size=4", "rollout.max_new_tokens=6", "rollout.pool_size=32",
+        "log.eval_per_tier=2", "log.eval_max_new_tokens=4", "log.tensorboard=false"])
+    train(cfg, tmp_path / "run", progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["data/reward_none"] for r in rows] == [dropped, dropped]
+    if dropped == 16:  # nothing scored: the step is logged without an update
+        assert all(r["train/updates"] == 0 for r in rows)
+    else:  # 10 scored samples in groups of 2-4 still train
+        assert all(r["train/updates"] == 4 and r["grad/norm"] > 0 for r in rows)
