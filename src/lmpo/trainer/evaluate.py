@@ -55,7 +55,7 @@ def summarise(per_tier: dict[str, dict]) -> dict:
     return {
         "per_tier": per_tier,
         "accuracy_mean": _mean(v["accuracy"] for v in tiers.values()),
-        "reward_mean": _mean(v["reward"] for v in tiers.values()),
+        "reward_mean": _mean(v["reward"] for v in tiers.values() if v["reward"] is not None),
         "accuracy_trained": _mean(trained),
         "accuracy_other": _mean(other),
         "n": sum(v["n"] for v in per_tier.values()),
@@ -108,7 +108,8 @@ def metrics_row(result: dict) -> dict[str, float]:
     for tier, v in result["per_tier"].items():
         if v["n"]:
             row[f"eval/accuracy/{tier}"] = v["accuracy"]
-            row[f"eval/reward/{tier}"] = v["reward"]
+            if v["reward"] is not None:  # None: every completion of the tier went unscored
+                row[f"eval/reward/{tier}"] = v["reward"]
     for key in ("accuracy_mean", "reward_mean", "accuracy_trained", "accuracy_other"):
         if result[key] is not None:
             row[f"eval/{key}"] = result[key]
