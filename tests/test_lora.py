@@ -59,7 +59,8 @@ def test_a_lora_run_trains_adapters_and_saves_a_merged_plain_folder(tiny_policy_
     train(cfg, tmp_path / "run", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["kl/ref"] == pytest.approx(0, abs=1e-6)  # adapters start at zero
-    assert rows[-1]["kl/ref"] > 1e-4 and all(r["train/updates"] == 4 for r in rows)
+    # kl/ref is the k1 estimate (it can be negative): the policy left the reference
+    assert abs(rows[-1]["kl/ref"]) > 1e-4 and all(r["train/updates"] == 4 for r in rows)
     assert all(r["grad/norm"] > 0 for r in rows)
     saved, _ = load_policy(tmp_path / "run" / "policy")  # a plain model: AutoModel loads it
     base, _ = load_policy(tiny_policy_dir)

@@ -52,25 +52,10 @@ def test_bf16_rollouts_log_the_mismatch_and_anchor_the_ratio_as_asked(tiny_polic
                    ["rollout.dtype=bfloat16", f"rollout.old_logp={old_logp}"])
     mismatch = rows[0]["rollout/logp_mismatch"]
     assert 1e-4 < mismatch < 0.1  # bf16 has 8 mantissa bits: a real, small mismatch
-    # one on-policy minibatch: the ratio's first pass sees the anchor's own log-probs
-    # (exactly 1 after recompute) or the bf16 ones (off by about the mismatch)
-    deviation = abs(rows[0]["loss/ratio_mean"] - 1)
+    # one on-policy minibatch: the ratio's only pass sees the anchor's own log-probs
+    # (1 up to float32 reordering after recompute) or the bf16 ones (off by the mismatch)
+    spread = abs(rows[0]["loss/ratio_max"] - 1)
     if old_logp == "recompute":
-        assert deviation < 1e-6
+        assert spread < 1e-5
     else:
-        assert deviation > 1e-5
-
-
-def test_device_names_resolve_and_cuda_without_a_gpu_is_a_clear_error(tiny_policy_dir, tmp_path):
-    from lmpo.errors import ConfigError
-    from lmpo.trainer.runtime import resolve_device
-
-    assert resolve_device("cpu") == torch.device("cpu")
-    if torch.cuda.is_available():
-        assert resolve_device("auto").type == "cuda"
-    else:
-        assert resolve_device("auto") == torch.device("cpu")
-        with pytest.raises(ConfigError, match="device: cuda, but torch sees no CUDA device"):
-            resolve_device("cuda")
-    rows = rows_of(tiny_policy_dir, tmp_path, "auto", ["device=auto", "steps=1"])
-    assert rows[0]["train/updates"] == 1
+        assert spread > 1e-3
