@@ -45,6 +45,16 @@ def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], torch.Tensor]:
     return first, torch.tensor(inverse, dtype=torch.long)
 
 
+def select_rows(index: torch.Tensor, decoder, cache, value_fn) -> None:
+    """Keep (or repeat) the batch rows `index` in whichever KV caches the sampler holds."""
+    if decoder is not None:
+        decoder.select(index)
+    else:
+        cache.batch_select_indices(index)
+    if value_fn is not None:
+        value_fn.select(index)
+
+
 def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row from the categorical `probs` [B, V], by inverse CDF: one uniform
     per row against the row's cumulative sum (float64, so the tail is exact to ~1e-16).
@@ -130,13 +140,8 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     values = value_fn.prefill(p_ids, p_mask) if value_fn is not None else None
     if inverse is not None:
         inverse = inverse.to(device)
-        if decoder is not None:
-            decoder.select(inverse)
-        else:
-            cache.batch_select_indices(inverse)
-        if value_fn is not None:
-            value_fn.select(inverse)
-            values = values[inverse]
+        select_rows(inverse, decoder, cache, value_fn)
+        values = values[inverse] if values is not None else None
         logits = logits[inverse]
     if stopper is not None:
         stopper.begin_batch(b)
@@ -193,12 +198,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
             # drop finished rows from the batch and the KV cache; below the threshold
             # they ride along (one wasted row-step is cheaper than copying the cache)
             keep = alive.nonzero().flatten().to(device)
-            if decoder is not None:
-                decoder.select(keep)
-            else:
-                cache.batch_select_indices(keep)
-            if value_fn is not None:
-                value_fn.select(keep)
+            select_rows(keep, decoder, cache, value_fn)
             rows, alive = rows[keep.cpu()], alive[keep.cpu()]
             token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
         if decoder is None or value_fn is not None:  # the fast decoder keeps its own mask
