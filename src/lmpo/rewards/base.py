@@ -81,14 +81,8 @@ def load_user_fn(spec: str) -> Callable:
     if not path.endswith(".py") or not name:
         raise ConfigError(f"reward.fn {spec!r}: expected one of {', '.join(BUILTIN)} or "
                           "path/to/file.py:function")
-    import_user_modules([path])
-    import sys
-    from pathlib import Path
-
-    resolved = Path(path).expanduser().resolve()
-    module = next((m for k, m in sys.modules.items() if k.startswith("lmpo_user_")
-                   and getattr(m, "__file__", None) == str(resolved)), None)
-    fn = getattr(module, name, None) if module is not None else None
+    (module,) = import_user_modules([path])
+    fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.fn {spec!r}: {path} has no function {name!r}")
     return fn

@@ -345,20 +345,22 @@ class TrainConfig:
         self.bind()
 
 
-def import_user_modules(specs: list[str]) -> None:
+def import_user_modules(specs: list[str]) -> list:
     """Import each module (a dotted name, or a .py file relative to the working directory)
-    once; errors name the entry."""
+    once and return them in order; errors name the entry."""
     import importlib
     import importlib.util
     import sys
     from pathlib import Path
 
+    modules = []
     for spec in specs:
         try:
             if spec.endswith(".py"):
                 path = Path(spec).expanduser().resolve()
                 name = f"lmpo_user_{path.stem}_{abs(hash(str(path)))}"
                 if name in sys.modules:
+                    modules.append(sys.modules[name])
                     continue
                 if not path.is_file():
                     raise FileNotFoundError(f"{path} does not exist")
@@ -370,10 +372,12 @@ def import_user_modules(specs: list[str]) -> None:
                 except BaseException:
                     del sys.modules[name]
                     raise
+                modules.append(module)
             else:
-                importlib.import_module(spec)
+                modules.append(importlib.import_module(spec))
         except Exception as exc:
             raise ConfigError(f"imports: {spec!r} failed: {type(exc).__name__}: {exc}") from None
+    return modules
 
 
 @dataclass
