@@ -8,14 +8,12 @@ completion is scored by the dataset's own `score_answer` on the text after `#`.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-import reasoning_gym
-
 from lmpo.registry import nearest
 from lmpo.tasks.base import ANSWER_MARK, Problem, extract_answer
+from lmpo.tasks.rg import ReasoningGymTask
 
 
 @dataclass(frozen=True)
@@ -41,35 +39,15 @@ def _partial_results(tokens: list[str]) -> list[int]:
     return out
 
 
-class GymArithmeticTask:
-    """A reasoning-gym arithmetic dataset (`chain_sum`, `products`) with difficulty tiers."""
+class GymArithmeticTask(ReasoningGymTask):
+    """A reasoning-gym arithmetic dataset (`chain_sum`, `products`) with tiers of terms x
+    digits, in the compact worked format; the dataset's checker reads the text after `#`."""
 
     def __init__(self, dataset: str, tiers: tuple[Tier, ...]):
+        super().__init__(dataset, {"tiers": {
+            t.name: {"min_terms": t.terms, "max_terms": t.terms, "min_digits": t.digits,
+                     "max_digits": t.digits} for t in tiers}})
         self.name = dataset
-        self.dataset = dataset
-        self.tiers = {t.name: t for t in tiers}
-        self.clusters = [t.name for t in tiers]
-        self._scorers: dict[str, object] = {}
-
-    def _generate(self, tier: Tier, n: int, seed: int):
-        ds = reasoning_gym.create_dataset(
-            self.dataset, size=n, seed=seed, min_terms=tier.terms, max_terms=tier.terms,
-            min_digits=tier.digits, max_digits=tier.digits,
-        )
-        self._scorers.setdefault(tier.name, ds)
-        return [ds[i] for i in range(n)]
-
-    def sample(self, n: int, rng: random.Random, cluster: str | None = None) -> list[Problem]:
-        if cluster is not None and cluster not in self.tiers:
-            raise KeyError(f"unknown tier {cluster!r}{nearest(cluster, self.clusters)} for task "
-                           f"{self.name}; tiers: {', '.join(self.clusters)}")
-        names = [cluster] * n if cluster else [rng.choice(self.clusters) for _ in range(n)]
-        pools = {
-            name: iter([self._to_problem(e, name) for e in
-                        self._generate(self.tiers[name], names.count(name), rng.randrange(2**31))])
-            for name in dict.fromkeys(names)
-        }
-        return [next(pools[name]) for name in names]
 
     def _to_problem(self, entry: dict, tier: str) -> Problem:
         expr = entry["metadata"]["expression"]
@@ -80,19 +58,8 @@ class GymArithmeticTask:
         steps = _partial_results(problem.meta["tokens"])
         return ",".join(str(s) for s in steps) + ANSWER_MARK + problem.answer
 
-    def score(self, problem: Problem, completion: str) -> float:
-        answer = extract_answer(completion)
-        if not answer:
-            return 0.0
-        scorer = self._scorers.get(problem.cluster)
-        if scorer is None:
-            tier = self.tiers[problem.cluster]
-            self._generate(tier, 1, 0)
-            scorer = self._scorers[problem.cluster]
-        try:
-            return float(scorer.score_answer(answer, problem.meta["entry"]))
-        except Exception:  # a checker that chokes on malformed text scores 0
-            return 0.0
+    def answer_text(self, completion: str) -> str | None:
+        return extract_answer(completion)
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
         """The answer after the last `#` equals the gold number (as reasoning-gym's
@@ -118,8 +85,6 @@ def get_task(name: str, params: dict | None = None):
     """A built-in task by name, any reasoning-gym dataset as `rg:<dataset>` (with
     `params`: its parameters and tiers), or a user dataset as a path to a .jsonl file."""
     if name.startswith("rg:"):
-        from lmpo.tasks.rg import ReasoningGymTask
-
         return ReasoningGymTask(name[3:], params)
     if params:
         raise ValueError(f"task_params apply only to rg:<dataset> tasks, not {name!r}")

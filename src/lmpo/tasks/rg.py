@@ -80,17 +80,20 @@ class ReasoningGymTask:
                  for name in dict.fromkeys(names)}
         return [self._to_problem(next(pools[name]), name) for name in names]
 
-    @staticmethod
-    def _to_problem(entry: dict, tier: str) -> Problem:
+    def _to_problem(self, entry: dict, tier: str) -> Problem:
         return Problem(prompt=str(entry["question"]), answer=str(entry["answer"]),
                        cluster=tier, meta={"entry": entry})
 
     def solution(self, problem: Problem) -> str:
         return problem.answer
 
-    def score(self, problem: Problem, completion: str) -> float:
+    def answer_text(self, completion: str) -> str | None:
+        """What the dataset's checker reads: the `<answer>` tag's text, else everything."""
         tagged = extract_tagged(completion)
-        answer = tagged if tagged is not None else completion.strip()
+        return tagged if tagged is not None else completion.strip()
+
+    def score(self, problem: Problem, completion: str) -> float:
+        answer = self.answer_text(completion)
         if not answer:
             return 0.0
         try:
