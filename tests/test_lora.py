@@ -15,6 +15,7 @@ from lmpo.trainer.batch import forward_logprobs
 from lmpo.trainer.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
+from tests.test_rewards import LENGTH_REWARD, write_fn
 
 
 def test_adapters_off_is_the_base_model(tiny_policy_dir):
@@ -48,10 +49,8 @@ def test_unknown_target_modules_are_named():
 
 
 def test_a_lora_run_trains_adapters_and_saves_a_merged_plain_folder(tiny_policy_dir, tmp_path):
-    fn = tmp_path / "length.py"  # a reward with spread in every group of the random policy
-    fn.write_text("def reward(prompts, completions, answers, **meta):\n"
-                  "    return [len(c) / 10 for c in completions]\n")
-    cfg = load_config(TrainConfig, "grpo", [f"reward.fn={fn}:reward",
+    spec = write_fn(tmp_path, LENGTH_REWARD)  # spread in every group of the random policy
+    cfg = load_config(TrainConfig, "grpo", [f"reward.fn={spec}",
         f"policy={tiny_policy_dir}", "steps=3", "rollout.batch_size=16", "rollout.group_size=4",
         "rollout.max_new_tokens=8", "rollout.pool_size=32", "log.eval_per_tier=2",
         "log.eval_max_new_tokens=4", "log.tensorboard=false", "log.policy_kl_every=1",

@@ -15,6 +15,7 @@ from lmpo.models import PromptEncoder, load_policy, stop_token_ids
 from lmpo.models.convert import real_model
 from lmpo.rollout import sample
 from lmpo.trainer.batch import forward_logprobs
+from tests.test_rewards import LENGTH_REWARD, write_fn
 
 NAME = "smollm2-135m-instruct"
 TASK = ["task=rg:chain_sum", "task_params.min_terms=2", "task_params.max_terms=2",
@@ -68,11 +69,9 @@ def test_one_grpo_step_on_the_real_model(smollm2, tmp_path):
     from lmpo.trainer.train_config import TrainConfig
 
     path, _, _ = smollm2
-    # a reward with spread in every group (shorter is better), so the step has a gradient
-    fn = tmp_path / "brevity.py"
-    fn.write_text("def reward(prompts, completions, answers, **meta):\n"
-                  "    return [1 - len(c) / 100 for c in completions]\n")
-    cfg = load_config(TrainConfig, "real-demo", [f"reward.fn={fn}:reward",
+    # a reward with spread in every group (the length), so the step has a gradient
+    spec = write_fn(tmp_path, LENGTH_REWARD)
+    cfg = load_config(TrainConfig, "real-demo", [f"reward.fn={spec}",
         f"policy={path}", "steps=1", "rollout.batch_size=4", "rollout.group_size=2",
         "rollout.max_new_tokens=8", "rollout.pool_size=8", "log.eval_per_tier=2",
         "log.eval_max_new_tokens=8", "log.tensorboard=false", "optim.micro_batch_size=4",

@@ -52,7 +52,15 @@ def test_task_reward_keeps_partial_credit_and_the_tasks_correctness():
     assert scores[0] == 1.0 and correct == [True, False] and 0 < scores[1] < 1
 
 
+# a reward with spread in almost every group, whatever the policy: the completion's length
+LENGTH_REWARD = """
+def reward(prompts, completions, answers, **meta):
+    return [len(c) / 10 for c in completions]
+"""
+
+
 def write_fn(tmp_path, body: str) -> str:
+    """`body` (defining `reward`) as a file; returns its `file.py:reward` spec."""
     path = tmp_path / f"user_reward_{abs(hash(body))}.py"
     path.write_text(body)
     return f"{path}:reward"
