@@ -34,14 +34,16 @@ RESAMPLES = 10_000
 LEVEL = 0.95
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k")
+REDUCERS = ("final", "last_k", "rebound")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher")}
 
 
 # ---------------------------------------------------------------- reading runs
 def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int = 20) -> float:
-    """One run's value of `metric`: its last logged value, or the mean of its last k."""
+    """One run's value of `metric`: its last logged value ("final"), the mean of its last k
+    ("last_k"), or how far that mean sits above the lowest mean of k consecutive values
+    anywhere in the run ("rebound": 0 for a trace that ends at its low)."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
@@ -50,6 +52,11 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     if reduce == "last_k":
         tail = values[-k:]
         return float(sum(tail) / len(tail))
+    if reduce == "rebound":
+        x = np.asarray(values, dtype=float)
+        w = min(k, x.size)
+        means = np.convolve(x, np.ones(w) / w, mode="valid")
+        return float(means[-1] - means.min())
     raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCERS)}")
 
 
@@ -167,8 +174,9 @@ def evaluate_claim(claim: dict, a, b) -> dict:
 
 def describe_claim(claim: dict) -> str:
     a, b = claim["arms"]
-    m = claim["metric"] + (f" (last {claim.get('k', 20)})" if claim.get("reduce") == "last_k"
-                           else "")
+    k = claim.get("k", 20)
+    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})"}.get(
+        claim.get("reduce", "final"), "")
     kind = claim["kind"]
     if kind == "direction":
         return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
