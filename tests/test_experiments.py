@@ -35,6 +35,13 @@ def test_metric_reduction():
     assert reduce_metric(rows, "x") == 5.0
     assert reduce_metric(rows, "x", "last_k", k=2) == 4.0
     assert reduce_metric(rows, "x", "last_k", k=10) == 3.0
+    # rebound: the last k-mean above the lowest k-mean; 0 for a trace that ends at its low
+    dip = [{"step": i, "x": v} for i, v in enumerate([4.0, 2.0, 1.0, 3.0, 6.0])]
+    assert reduce_metric(dip, "x", "rebound", k=2) == pytest.approx(4.5 - 1.5)
+    assert reduce_metric(dip, "x", "rebound", k=1) == pytest.approx(6.0 - 1.0)
+    assert reduce_metric(dip, "x", "rebound", k=9) == 0.0  # one window: no rebound
+    assert reduce_metric(dip[:3], "x", "rebound", k=2) == 0.0  # ends at its low
+    assert reduce_metric(dip, "x", "last_over_first", k=2) == pytest.approx(4.5 / 3.0)
     with pytest.raises(KeyError, match="'y' was never logged"):
         reduce_metric(rows, "y")
 
@@ -95,6 +102,24 @@ def test_threshold_direction_only_and_above():
 def test_equivalence_verdicts_at_the_margin(d, verdict):
     r = evaluate_claim(claim("equivalence", margin=0.0625), [x + d for x in A], A)
     assert r["verdict"] == verdict
+
+
+@pytest.mark.parametrize("ratio,verdict", [(1.25, "holds"), (1.2501, "not shown"),
+                                           (0.75, "holds"), (0.7499, "not shown")])
+def test_relative_equivalence_at_the_margin(ratio, verdict):
+    """a = ratio * b exactly: a / b - 1 is ratio - 1 in every resample."""
+    c = claim("equivalence", margin=0.25, statistic="ratio")
+    r = evaluate_claim(c, [ratio * x for x in A], A)
+    assert r["effect"] == pytest.approx(ratio - 1) and r["verdict"] == verdict
+
+
+def test_a_threshold_on_one_arms_value():
+    c = claim("threshold", statistic="value", bound=0.125, expect="below", arms=["a"])
+    assert evaluate_claim(c, [0.125] * 3)["verdict"] == "holds"  # CI [0.125, 0.125]
+    r = evaluate_claim(c, [0.0625, 0.0625, 0.25, 0.125])  # mean 0.125, the CI reaches 0.19
+    assert r["effect"] == 0.125 and r["ci"][1] > 0.125
+    assert r["verdict"] == "direction only"
+    assert evaluate_claim(c, [0.25, 0.5, 0.25])["verdict"] == "not met"
 
 
 @pytest.mark.parametrize("scale,expect,verdict", [(0.5, "lower", "holds"),
@@ -183,6 +208,15 @@ def test_differs_in_violations_fail_before_any_run(tiny_policy_dir, tmp_path):
       "differs_in": [], "claims": [{"kind": "threshold", "metric": "m", "arms": ["a", "b"],
                                     "expect": "below", "sentence": "s"}]},
      r"a threshold claim needs \['bound', 'statistic'\]"),
+    ({"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+      "differs_in": [], "claims": [{"kind": "threshold", "metric": "m", "arms": ["a", "b"],
+                                    "expect": "below", "sentence": "s", "bound": 1,
+                                    "statistic": "value"}]},
+     r"claims\[0\]: a claim on a value names one arm"),
+    ({"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+      "differs_in": [], "claims": [{"kind": "equivalence", "metric": "m", "arms": ["a", "b"],
+                                    "margin": 1, "sentence": "s", "statistic": "value"}]},
+     r"statistic must be one of \('difference', 'ratio'\) for a equivalence claim"),
 ])
 def test_malformed_experiment_files_are_clear_errors(data, msg):
     with pytest.raises(ConfigError, match=msg):

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")
     rp.add_argument("--out", help="where report.md goes (default DIR/report.md)")
+    rp.add_argument("--readme", metavar="PAPER",
+                    help="also print the claims as rows of the README's Results table, "
+                         "with PAPER in the first column")
 
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
     return parser
@@ -98,7 +101,15 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from lmpo.experiments.report import report
 
-    report(args.dir, args.out)
+    out = report(args.dir, args.out)
+    if args.readme:
+        import os
+
+        from lmpo.experiments.results import HEADER, load, readme_rows
+
+        link = os.path.relpath(out, Path.cwd())
+        print("\n".join(HEADER + readme_rows(load(out.with_suffix(".json")), args.readme,
+                                              link)))
     return 0
 
 

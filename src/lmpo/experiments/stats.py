@@ -9,11 +9,12 @@ A claim compares two arms that share seeds: the bootstrap resamples seed
 - direction: mean(a) - mean(b), expected > 0 ("greater") or < 0 ("less").
   "holds": right sign and the CI excludes 0; "direction only": right sign, CI
   includes 0; wrong sign: "contradicted" if the CI excludes 0, else "inconclusive".
-- threshold: mean(b) / mean(a) ("ratio") or mean(b) - mean(a) ("difference")
-  against `bound` ("below": <=, "above": >=). "holds": the whole CI passes;
-  "direction only": the point estimate passes; otherwise "not met".
-- equivalence: mean(a) - mean(b). "holds": the CI lies within +-margin; otherwise
-  "not shown".
+- threshold: mean(b) / mean(a) ("ratio"), mean(b) - mean(a) ("difference"), or, for
+  a claim on one arm, mean(a) ("value") against `bound` ("below": <=, "above": >=).
+  "holds": the whole CI passes; "direction only": the point estimate passes;
+  otherwise "not met".
+- equivalence: mean(a) - mean(b), or mean(a) / mean(b) - 1 (`statistic: ratio`, a
+  relative margin). "holds": the CI lies within +-margin; otherwise "not shown".
 - spread: std(a) / std(b), expected < 1 ("lower") or > 1 ("higher"); verdicts as
   for direction, around 1.
 
@@ -34,7 +35,7 @@ RESAMPLES = 10_000
 LEVEL = 0.95
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k", "rebound")
+REDUCERS = ("final", "last_k", "rebound", "last_over_first")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher")}
 
@@ -42,8 +43,9 @@ EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
 # ---------------------------------------------------------------- reading runs
 def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int = 20) -> float:
     """One run's value of `metric`: its last logged value ("final"), the mean of its last k
-    ("last_k"), or how far that mean sits above the lowest mean of k consecutive values
-    anywhere in the run ("rebound": 0 for a trace that ends at its low)."""
+    ("last_k"), how far that mean sits above the lowest mean of k consecutive values
+    anywhere in the run ("rebound": 0 for a trace that ends at its low), or its ratio to
+    the mean of the first k ("last_over_first")."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
@@ -57,6 +59,9 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
         w = min(k, x.size)
         means = np.convolve(x, np.ones(w) / w, mode="valid")
         return float(means[-1] - means.min())
+    if reduce == "last_over_first":
+        head, tail = values[:k], values[-k:]
+        return float((sum(tail) / len(tail)) / (sum(head) / len(head)))
     raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCERS)}")
 
 
@@ -102,20 +107,25 @@ def check_claim(claim: dict, arms: list[str], where: str) -> None:
     missing = sorted(need - set(claim))
     if missing:
         raise ConfigError(f"{where}: a {kind} claim needs {missing}")
-    allowed = need | {"reduce", "k", "label"}
+    allowed = need | {"reduce", "k", "label"} | ({"statistic"} if kind == "equivalence"
+                                                 else set())
     extra = sorted(set(claim) - allowed)
     if extra:
         raise ConfigError(f"{where}: unknown claim key(s) {extra}; valid: {sorted(allowed)}")
-    pair = claim["arms"]
-    if not (isinstance(pair, list) and len(pair) == 2 and all(a in arms for a in pair)
-            and pair[0] != pair[1]):
+    statistics = {"threshold": ("ratio", "difference", "value"),
+                  "equivalence": ("difference", "ratio")}.get(kind)
+    if statistics and claim.get("statistic", "difference") not in statistics:
+        raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
+    pair, one = claim["arms"], claim.get("statistic") == "value"
+    if one and not (isinstance(pair, list) and len(pair) == 1 and pair[0] in arms):
+        raise ConfigError(f"{where}: a claim on a value names one arm of {arms}, got {pair!r}")
+    if not one and not (isinstance(pair, list) and len(pair) == 2 and
+                        all(a in arms for a in pair) and pair[0] != pair[1]):
         raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
     if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
         raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
     if claim.get("reduce", "final") not in REDUCERS:
         raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
-    if kind == "threshold" and claim["statistic"] not in ("ratio", "difference"):
-        raise ConfigError(f"{where}: statistic must be ratio or difference")
     if kind == "equivalence" and not claim["margin"] > 0:
         raise ConfigError(f"{where}: margin must be > 0")
 
@@ -123,9 +133,13 @@ def check_claim(claim: dict, arms: list[str], where: str) -> None:
 def _statistic(kind: str, claim: dict, a: np.ndarray, b: np.ndarray, axis=None):
     """The claim's statistic of (possibly resampled, [R, n]) paired arrays."""
     with np.errstate(divide="ignore", invalid="ignore"):
+        if kind == "equivalence" and claim.get("statistic") == "ratio":
+            return a.mean(axis=axis) / b.mean(axis=axis) - 1.0
         if kind in ("direction", "equivalence"):
             return a.mean(axis=axis) - b.mean(axis=axis)
         if kind == "threshold":
+            if claim["statistic"] == "value":
+                return a.mean(axis=axis)
             if claim["statistic"] == "ratio":
                 return b.mean(axis=axis) / a.mean(axis=axis)
             return b.mean(axis=axis) - a.mean(axis=axis)
@@ -154,10 +168,11 @@ def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
     return "holds" if -margin <= lo and hi <= margin else "not shown"
 
 
-def evaluate_claim(claim: dict, a, b) -> dict:
+def evaluate_claim(claim: dict, a, b=None) -> dict:
     """The claim's point estimate, paired bootstrap CI and verdict for per-seed values a, b
-    (same seeds, same order)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    (same seeds, same order; a claim on one arm's value has no b)."""
+    a = np.asarray(a, dtype=float)
+    b = a if b is None else np.asarray(b, dtype=float)
     kind = claim["kind"]
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same seeds: {a.size} vs {b.size}")
@@ -173,16 +188,20 @@ def evaluate_claim(claim: dict, a, b) -> dict:
 
 
 def describe_claim(claim: dict) -> str:
-    a, b = claim["arms"]
+    a, b = (claim["arms"] * 2)[:2]
     k = claim.get("k", 20)
-    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})"}.get(
+    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
+                           "last_over_first": f" (last {k} / first {k})"}.get(
         claim.get("reduce", "final"), "")
     kind = claim["kind"]
     if kind == "direction":
         return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
     if kind == "threshold":
-        stat = f"{b} / {a}" if claim["statistic"] == "ratio" else f"{b} - {a}"
+        stat = {"ratio": f"{b} / {a}", "difference": f"{b} - {a}", "value": a}[
+            claim["statistic"]]
         return f"{m}: {stat} {'<=' if claim['expect'] == 'below' else '>='} {claim['bound']}"
     if kind == "equivalence":
+        if claim.get("statistic") == "ratio":
+            return f"{m}: |{a} / {b} - 1| <= {claim['margin']}"
         return f"{m}: |{a} - {b}| <= {claim['margin']}"
     return f"{m}: std({a}) {'<' if claim['expect'] == 'lower' else '>'} std({b})"
