@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,13 @@ REPORTS = sorted(p.parent.name for p in (ROOT / "experiments/results").glob("*/r
 MATCHED = {
     "cegppo": {"loss.name", "loss.agg", "loss.hparams.eps_high", "loss.hparams.beta1",
                "loss.hparams.beta2", "rollout.dynamic_sampling"},
+    "output_reset": {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
+                     "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
+                     "advantage.name", "kl.coef", "kl.kind", "kl.mode"},
 }
+# Pairs inside an experiment that must differ in the loss alone (the matched pairs of
+# an experiment whose arms span two families).
+LOSS_ONLY = {"output_reset": [("grpo", "grpo_or"), ("ppo_clip", "ppo_or")]}
 
 
 def test_every_experiment_is_listed_here():
@@ -40,6 +47,9 @@ def test_arms_differ_in_exactly_what_the_paper_changes(name):
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     assert set(check_differs(exp)) == MATCHED[name]
     assert len(exp.seeds) >= 3
+    for pair in LOSS_ONLY.get(name, []):
+        sub = replace(exp, arms=[exp.arm(a) for a in pair])
+        assert {k for k in check_differs(sub) if not k.startswith("loss.")} == set(), pair
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
