@@ -10,7 +10,7 @@ import pytest
 from lmpo.tasks import DataError, JsonlTask, Problem, Sampler, get_task, load_jsonl
 
 
-@pytest.mark.parametrize("name", ["chain_sum", "products"])
+@pytest.mark.parametrize("name", ["chain_sum", "products", "chain_sum_steps"])
 def test_gold_scores_one_and_perturbed_zero_for_every_tier(name):
     task = get_task(name)
     rng = random.Random(0)
@@ -36,6 +36,15 @@ def test_worked_solution_format():
     task = get_task("chain_sum")
     p = Problem("12+7-3=", "16", "t3d2", {"tokens": ["12", "+", "7", "-", "3"]})
     assert task.solution(p) == "19,16#16"
+    steps = get_task("chain_sum_steps")
+    assert steps.name == "chain_sum_steps" and steps.clusters == task.clusters
+    assert steps.solution(p) == "12+7=19,19-3=16#16"
+    q = Problem("1-3-7=", "-9", "t3d1", {"tokens": ["1", "-", "3", "-", "7"]})
+    assert steps.solution(q) == "1-3=-2,-2-7=-9#-9"
+    assert steps.is_correct(q, "1-3=-2,-2-7=-9#-9") and not steps.is_correct(q, "-9#-8")
+    same = random.Random(3)
+    assert [x.prompt for x in steps.sample(20, same)] == \
+        [x.prompt for x in task.sample(20, random.Random(3))]  # chain_sum's problems
 
 
 def test_sampling_is_deterministic_by_seed_and_covers_tiers():
@@ -46,7 +55,7 @@ def test_sampling_is_deterministic_by_seed_and_covers_tiers():
     assert {p.cluster for p in a} == set(task.clusters)
     with pytest.raises(KeyError, match="tiers: t2d1"):
         task.sample(1, random.Random(0), cluster="t9d9")
-    with pytest.raises(KeyError, match="valid tasks: chain_sum, products"):
+    with pytest.raises(KeyError, match="valid tasks: chain_sum, products, chain_sum_steps"):
         get_task("chainsum")
 
 

@@ -4,6 +4,10 @@ A chain sum `12 + 7 - 3` becomes the prompt `12+7-3=` and the worked solution
 `19,16#16`: the running result after each operation, then `#` and the answer.
 Problems and gold answers come from reasoning-gym's seeded generators and every
 completion is scored by the dataset's own `score_answer` on the text after `#`.
+
+`chain_sum_steps` is the same task with every operation written out,
+`12+7=19,19-3=16#16`: about twice as long, so that stopping a failing response
+early (ESPO) has tokens to save. Prompts, answers and checkers are chain_sum's.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ CHAIN_SUM_TIERS = (Tier("t2d1", 2, 1), Tier("t3d1", 3, 1), Tier("t2d2", 2, 2),
 PRODUCT_TIERS = (Tier("t2d1", 2, 1), Tier("t3d1", 3, 1), Tier("t2d2", 2, 2))
 
 
+WORKED = ("compact", "steps")
+
+
 def _partial_results(tokens: list[str]) -> list[int]:
     """Left-to-right running values of `a op b op c ...` (ops + - *)."""
     acc = int(tokens[0])
@@ -43,11 +50,14 @@ class GymArithmeticTask(ReasoningGymTask):
     """A reasoning-gym arithmetic dataset (`chain_sum`, `products`) with tiers of terms x
     digits, in the compact worked format; the dataset's checker reads the text after `#`."""
 
-    def __init__(self, dataset: str, tiers: tuple[Tier, ...]):
+    def __init__(self, dataset: str, tiers: tuple[Tier, ...], worked: str = "compact"):
         super().__init__(dataset, {"tiers": {
             t.name: {"min_terms": t.terms, "max_terms": t.terms, "min_digits": t.digits,
                      "max_digits": t.digits} for t in tiers}})
-        self.name = dataset
+        if worked not in WORKED:
+            raise ValueError(f"worked must be one of {WORKED}, got {worked!r}")
+        self.name = dataset if worked == "compact" else f"{dataset}_{worked}"
+        self.worked = worked
 
     def _to_problem(self, entry: dict, tier: str) -> Problem:
         expr = entry["metadata"]["expression"]
@@ -55,7 +65,13 @@ class GymArithmeticTask(ReasoningGymTask):
                        cluster=tier, meta={"entry": entry, "tokens": expr.split()})
 
     def solution(self, problem: Problem) -> str:
-        steps = _partial_results(problem.meta["tokens"])
+        tokens = problem.meta["tokens"]
+        steps = _partial_results(tokens)
+        if self.worked == "steps":  # `a op b = r`, then `r op c = r'`, ...
+            lefts = [tokens[0], *(str(s) for s in steps[:-1])]
+            parts = [f"{left}{op}{num}={res}" for left, op, num, res
+                     in zip(lefts, tokens[1::2], tokens[2::2], steps, strict=True)]
+            return ",".join(parts) + ANSWER_MARK + problem.answer
         return ",".join(str(s) for s in steps) + ANSWER_MARK + problem.answer
 
     def answer_text(self, completion: str) -> str | None:
@@ -78,6 +94,7 @@ class GymArithmeticTask(ReasoningGymTask):
 TASKS = {
     "chain_sum": lambda: GymArithmeticTask("chain_sum", CHAIN_SUM_TIERS),
     "products": lambda: GymArithmeticTask("products", PRODUCT_TIERS),
+    "chain_sum_steps": lambda: GymArithmeticTask("chain_sum", CHAIN_SUM_TIERS, "steps"),
 }
 
 

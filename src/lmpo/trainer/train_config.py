@@ -182,8 +182,8 @@ class LogConfig:
 class TrainConfig:
     preset_kind: ClassVar[str] = "train"
     task: str = "chain_sum"
-    """A built-in task (chain_sum, products), any reasoning-gym dataset as rg:<dataset>, or a
-    path to a JSONL dataset."""
+    """A built-in task (chain_sum, products, chain_sum_steps), any reasoning-gym dataset as
+    rg:<dataset>, or a path to a JSONL dataset."""
     task_params: dict[str, Any] = field(default_factory=dict)
     """rg:<dataset> only: the dataset's parameters, and optional `tiers` (name -> parameters)."""
     prompt_format: str = "auto"
