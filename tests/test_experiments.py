@@ -122,6 +122,28 @@ def test_a_threshold_on_one_arms_value():
     assert evaluate_claim(c, [0.25, 0.5, 0.25])["verdict"] == "not met"
 
 
+def test_a_comparison_of_gains_pairs_each_difference_within_a_seed():
+    """(a - b) - (c - d) per seed: the gain at G=2 (0.25 in every seed) exceeds the gain at
+    G=8 (0.125), although the arms' own values vary a lot between seeds."""
+    from lmpo.experiments.report import claim_results
+
+    c = claim("direction", expect="greater", arms=["e2", "g2", "e8", "g8"])
+    exp = parse_experiment({"arms": {a: {"preset": "grpo"} for a in ("e2", "g2", "e8", "g8")},
+                            "steps": 1, "seeds": 3, "differs_in": [], "claims": [c]}, "x", "x")
+    base = {0: 0.25, 1: 0.75, 2: 0.5}
+    value = {"g2": 0.0, "e2": 0.25, "g8": 0.125, "e8": 0.25}
+    runs = {(a, s): {"finished": True, "rows": [{"step": 1, "m": base[s] + v}]}
+            for a, v in value.items() for s in base}
+    [r] = claim_results({"experiment": exp, "runs": runs})
+    assert r["claim"] == "m: (e2 - g2) > (e8 - g8)" and r["seeds"] == [0, 1, 2]
+    assert r["effect"] == 0.125 and r["ci"] == [0.125, 0.125] and r["verdict"] == "holds"
+    with pytest.raises(ConfigError, match="a comparison of gains names four arms"):
+        parse_experiment({"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}},
+                          "steps": 1, "differs_in": [],
+                          "claims": [claim("direction", expect="less",
+                                           arms=["a", "a", "a", "b"])]}, "x", "x")
+
+
 @pytest.mark.parametrize("scale,expect,verdict", [(0.5, "lower", "holds"),
                                                   (2.0, "lower", "contradicted"),
                                                   (2.0, "higher", "holds")])

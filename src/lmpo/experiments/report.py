@@ -159,11 +159,15 @@ def arm_table(data: dict) -> dict[str, dict[str, dict]]:
 def claim_results(data: dict) -> list[dict]:
     out = []
     for claim in data["experiment"].claims:
-        reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
-        a, b = (seed_values(data, arm, claim["metric"], reduce, k)
-                for arm in (claim["arms"] * 2)[:2])  # one arm: its values against a bound
-        seeds = [s for s in data["experiment"].seeds if s in a and s in b]
-        result = evaluate_claim(claim, [a[s] for s in seeds], [b[s] for s in seeds])
+        reduce, k, arms = claim.get("reduce", "final"), int(claim.get("k", 20)), claim["arms"]
+        vals = [seed_values(data, arm, claim["metric"], reduce, k)
+                for arm in (arms * 2)[:max(2, len(arms))]]  # one arm: its values vs a bound
+        seeds = [s for s in data["experiment"].seeds if all(s in v for v in vals)]
+        a, b = ([v[s] for s in seeds] for v in vals[:2])
+        if len(arms) == 4:  # gains within each seed: (a - b) vs (c - d)
+            a = [x - y for x, y in zip(a, b, strict=True)]
+            b = [vals[2][s] - vals[3][s] for s in seeds]
+        result = evaluate_claim(claim, a, b)
         out.append({"claim": describe_claim(claim), "sentence": claim["sentence"],
                     "kind": claim["kind"], "seeds": seeds} | result)
     return out

@@ -6,7 +6,9 @@ and a 95% percentile bootstrap CI of the mean (seeded numpy, 10,000 resamples).
 A claim compares two arms that share seeds: the bootstrap resamples seed
 *indices*, so the pairing is kept. Verdicts follow spec/api.md ("Experiments"):
 
-- direction: mean(a) - mean(b), expected > 0 ("greater") or < 0 ("less").
+- direction: mean(a) - mean(b), expected > 0 ("greater") or < 0 ("less"). With four
+  arms [a, b, c, d] it compares gains: (a - b) - (c - d), each difference taken within
+  a seed (e.g. "EBPO's gain over GRPO is larger at G=2 than at G=8").
   "holds": right sign and the CI excludes 0; "direction only": right sign, CI
   includes 0; wrong sign: "contradicted" if the CI excludes 0, else "inconclusive".
 - threshold: mean(b) / mean(a) ("ratio"), mean(b) - mean(a) ("difference"), or, for
@@ -117,10 +119,14 @@ def check_claim(claim: dict, arms: list[str], where: str) -> None:
     if statistics and claim.get("statistic", "difference") not in statistics:
         raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
     pair, one = claim["arms"], claim.get("statistic") == "value"
-    if one and not (isinstance(pair, list) and len(pair) == 1 and pair[0] in arms):
+    if kind == "direction" and isinstance(pair, list) and len(pair) == 4:
+        if not (all(a in arms for a in pair) and pair[0] != pair[1] and pair[2] != pair[3]):
+            raise ConfigError(f"{where}: a comparison of gains names four arms of {arms} "
+                              f"(a - b vs c - d), got {pair!r}")
+    elif one and not (isinstance(pair, list) and len(pair) == 1 and pair[0] in arms):
         raise ConfigError(f"{where}: a claim on a value names one arm of {arms}, got {pair!r}")
-    if not one and not (isinstance(pair, list) and len(pair) == 2 and
-                        all(a in arms for a in pair) and pair[0] != pair[1]):
+    elif not one and not (isinstance(pair, list) and len(pair) == 2 and
+                          all(a in arms for a in pair) and pair[0] != pair[1]):
         raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
     if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
         raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
@@ -188,7 +194,9 @@ def evaluate_claim(claim: dict, a, b=None) -> dict:
 
 
 def describe_claim(claim: dict) -> str:
-    a, b = (claim["arms"] * 2)[:2]
+    arms = claim["arms"]
+    a, b = (arms * 2)[:2] if len(arms) < 4 else (f"({arms[0]} - {arms[1]})",
+                                                  f"({arms[2]} - {arms[3]})")
     k = claim.get("k", 20)
     m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
                            "last_over_first": f" (last {k} / first {k})"}.get(
