@@ -100,7 +100,8 @@ class Prior:
 
 
 @ADVANTAGES.register("ebpo", wants_clusters=True,
-                     diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2"))
+                     diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
+                                  "grad/norm"))
 class EBPO(Estimator):
     """Empirical-Bayes baseline (see the module docstring); stateful, checkpointable."""
 

@@ -11,7 +11,8 @@ WEIGHTS = ("sign", "abs")
 
 
 @LOSSES.register("output_reset", default_agg="token-mean",
-                 diagnostics=("loss/or/overshoot_frac", "diag/or_residual_after"))
+                 diagnostics=("loss/or/overshoot_frac", "diag/or_residual_after",
+                              "diag/or_overshoot_after", "diag/displacement_seq_after"))
 def output_reset(logp, old_logp, adv, mask, *, alpha=0.2, weight="sign"):
     """L = max(0, alpha - sign(A) * rho)^2 for A != 0, else 0.
 

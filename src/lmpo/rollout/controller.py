@@ -109,7 +109,9 @@ def reference_tokens(path: str | Path) -> list[float]:
     return curve
 
 
-@CONTROLLERS.register("random_stop", diagnostics=("espo/stop_rate", "espo/savings_cum"))
+@CONTROLLERS.register("random_stop", diagnostics=("espo/stop_rate", "espo/savings_cum",
+                                                 "espo/false_positive_rate",
+                                                 "espo/stop_position_mean"))
 class RandomStop(StopAccounting):
     """ESPO's variant F: stop positions drawn at random, at the same token savings.
 

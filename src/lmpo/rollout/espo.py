@@ -34,7 +34,9 @@ from lmpo.rollout.controller import CONTROLLERS, StopAccounting
 MODES = ("full", "regret_only", "value_only")
 
 
-@CONTROLLERS.register("espo", diagnostics=("espo/stop_rate", "espo/savings_cum"))
+@CONTROLLERS.register("espo", diagnostics=("espo/stop_rate", "espo/savings_cum",
+                                          "espo/false_positive_rate",
+                                          "espo/stop_position_mean"))
 class ESPO(StopAccounting):
     def __init__(self, *, mode: str = "full", beta: float = 2.0, adapt_beta: bool = False,
                  target_rate: float = 0.25, beta_lr: float = 0.1, beta_min: float = 0.05,
