@@ -42,6 +42,7 @@ def test_metric_reduction():
     assert reduce_metric(dip, "x", "rebound", k=9) == 0.0  # one window: no rebound
     assert reduce_metric(dip[:3], "x", "rebound", k=2) == 0.0  # ends at its low
     assert reduce_metric(dip, "x", "last_over_first", k=2) == pytest.approx(4.5 / 3.0)
+    assert reduce_metric(dip, "x", "max") == 6.0 and reduce_metric(dip[:3], "x", "max") == 4.0
     with pytest.raises(KeyError, match="'y' was never logged"):
         reduce_metric(rows, "y")
 

@@ -38,6 +38,7 @@ STANDARD = [  # (label, metric, reduce)
     ("entropy (mean of last 20 steps)", "policy/entropy", "last_k"),
     ("cumulative rollout tokens", "tokens/cumulative", "final"),
     ("KL to the reference (last logged)", "kl/ref", "final"),
+    ("rollout log-prob mismatch (mean of last 20 logged)", "rollout/logp_mismatch", "last_k"),
 ]
 COVERAGE_NOTE = ("95% bootstrap CIs resample the seeds, and with few seeds they are too "
                  "narrow: for a normal population a nominal 95% percentile interval covered "

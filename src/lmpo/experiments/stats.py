@@ -37,7 +37,7 @@ RESAMPLES = 10_000
 LEVEL = 0.95
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k", "rebound", "last_over_first")
+REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher")}
 
@@ -47,7 +47,7 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     """One run's value of `metric`: its last logged value ("final"), the mean of its last k
     ("last_k"), how far that mean sits above the lowest mean of k consecutive values
     anywhere in the run ("rebound": 0 for a trace that ends at its low), or its ratio to
-    the mean of the first k ("last_over_first")."""
+    the mean of the first k ("last_over_first"), or its largest value ("max": a spike)."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
@@ -61,6 +61,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
         w = min(k, x.size)
         means = np.convolve(x, np.ones(w) / w, mode="valid")
         return float(means[-1] - means.min())
+    if reduce == "max":
+        return float(max(values))
     if reduce == "last_over_first":
         head, tail = values[:k], values[-k:]
         return float((sum(tail) / len(tail)) / (sum(head) / len(head)))
@@ -199,7 +201,8 @@ def describe_claim(claim: dict) -> str:
                                                   f"({arms[2]} - {arms[3]})")
     k = claim.get("k", 20)
     m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
-                           "last_over_first": f" (last {k} / first {k})"}.get(
+                           "last_over_first": f" (last {k} / first {k})",
+                           "max": " (max over the run)"}.get(
         claim.get("reduce", "final"), "")
     kind = claim["kind"]
     if kind == "direction":
