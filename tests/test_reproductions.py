@@ -23,6 +23,7 @@ from tests.test_experiments import TINY_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
+PILOTS = sorted(p.stem for p in (ROOT / "experiments/pilots").glob("*.yaml"))
 REPORTS = sorted(p.parent.name for p in (ROOT / "experiments/results").glob("*/report.json"))
 
 # What each experiment's arms may differ in, key by key (spec/methods.md, "Matched pairs").
@@ -50,6 +51,15 @@ def test_arms_differ_in_exactly_what_the_paper_changes(name):
     for pair in LOSS_ONLY.get(name, []):
         sub = replace(exp, arms=[exp.arm(a) for a in pair])
         assert {k for k in check_differs(sub) if not k.startswith("loss.")} == set(), pair
+
+
+@pytest.mark.parametrize("name", PILOTS)
+def test_a_pilot_never_uses_its_experiments_seeds(name):
+    pilot = load_experiment(ROOT / "experiments/pilots" / f"{name}.yaml")
+    check_differs(pilot)
+    path = ROOT / "experiments" / f"{name}.yaml"
+    if path.exists():
+        assert not set(pilot.seeds) & set(load_experiment(path).seeds)
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
