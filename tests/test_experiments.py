@@ -292,6 +292,35 @@ def test_a_failing_arm_is_reported_and_the_others_finish(tiny_policy_dir, tmp_pa
                for s in (0, 1))
 
 
+def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, tmp_path,
+                                                               capsys):
+    """Rerunning with a note and a changed preset: the finished run of the changed arm is
+    refused (not silently kept) until deleted; claims and arms are frozen; the report
+    prints the note."""
+    (tmp_path / "mine.yaml").write_text("# mine\nextends: grpo\n")
+    arms = {"grpo": {"preset": "grpo"}, "mine": {"preset": "mine.yaml"}}
+    exp = experiment(tmp_path, tiny_policy_dir, arms=arms, seeds=1, steps=2)
+    assert compare(exp, tmp_path / "out", live=False) == 0
+    (tmp_path / "mine.yaml").write_text("# mine\nextends: grpo\noptim: {lr: 1.0e-4}\n")
+    exp = experiment(tmp_path, tiny_policy_dir, arms=arms, seeds=1, steps=2,
+                     differs_in=["loss", "optim.lr"])
+    exp.notes = ["mine's lr was raised after the first run"]
+    assert compare(exp, tmp_path / "out", live=False) == 1
+    assert "mine-seed0: finished under another config (optim.lr: 2e-05 -> 0.0001); delete" \
+        in capsys.readouterr().err
+    import shutil
+
+    shutil.rmtree(tmp_path / "out" / "runs" / "mine")
+    assert compare(exp, tmp_path / "out", live=False) == 0
+    report(tmp_path / "out")
+    assert "**Note.** mine's lr was raised after the first run" in \
+        (tmp_path / "out" / "report.md").read_text()
+    exp.claims = [{"kind": "direction", "metric": "reward/mean", "arms": ["mine", "grpo"],
+                   "expect": "greater", "sentence": "s"}]
+    with pytest.raises(ConfigError, match=r"holds a different experiment .*claims differ"):
+        compare(exp, tmp_path / "out", live=False)
+
+
 def test_list_prints_each_runs_command(tiny_policy_dir, tmp_path, capsys):
     exp = experiment(tmp_path, tiny_policy_dir)
     assert compare(exp, tmp_path / "out", list_only=True) == 0

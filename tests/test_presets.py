@@ -22,7 +22,8 @@ BASES = {"base", "base_ac", "real-demo"}  # settings of their own, not method pr
 METHOD_KEYS = {
     "grpo": set(),
     "ppo_clip": set(),
-    "dapo": {"loss.hparams.eps_high", "loss.agg", "rollout.dynamic_sampling"},
+    "dapo": {"loss.hparams.eps_high", "loss.agg", "rollout.dynamic_sampling",
+             "rollout.max_gen_batches"},
     "dr_grpo": {"advantage.name", "loss.agg"},
     "cegppo": {"loss.name", "loss.hparams.*", "loss.agg"},
     "grpo_or": {"loss.name", "loss.hparams.*"},

@@ -29,7 +29,7 @@ REPORTS = sorted(p.parent.name for p in (ROOT / "experiments/results").glob("*/r
 # What each experiment's arms may differ in, key by key (spec/methods.md, "Matched pairs").
 MATCHED = {
     "cegppo": {"loss.name", "loss.agg", "loss.hparams.eps_high", "loss.hparams.beta1",
-               "loss.hparams.beta2", "rollout.dynamic_sampling"},
+               "loss.hparams.beta2", "rollout.dynamic_sampling", "rollout.max_gen_batches"},
     "output_reset": {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode"},

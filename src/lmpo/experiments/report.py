@@ -190,7 +190,8 @@ def setup(data: dict, root: Path) -> dict:
         else []
     runs = data["runs"]
     return {
-        "experiment": exp.name, "description": exp.description, "seeds": exp.seeds,
+        "experiment": exp.name, "description": exp.description, "notes": exp.notes,
+        "seeds": exp.seeds,
         "steps": exp.steps, "arms": {a.name: a.preset for a in exp.arms},
         "differences": differences(data), "lmpo_version": __version__,
         "commit": git_commit(), "machine": machine(),
@@ -260,7 +261,8 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
              + (f"; {info['interrupted']} interrupted, their time not counted"
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
              "steps in all", "",
-             "What the arms' configs differ in:", "",
+             *([""] + [f"**Note.** {n}" for n in info.get("notes", [])]),
+             "", "What the arms' configs differ in:", "",
              "| key | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for key, vals in info["differences"].items():
         lines.append(f"| `{key}` | " + " | ".join(f"{vals.get(a, '-')}" for a in arms) + " |")

@@ -9,10 +9,14 @@
     steps: 600
     differs_in: [loss]                       # dotted keys (a prefix covers what is under it)
     claims: [...]                            # see lmpo.experiments.stats
+    notes: ["..."]                           # optional: what changed after runs, and why
 
 Each arm's config resolves as defaults <- arm preset <- base <- arm overrides <- the
 command line (`--steps`, `--seeds`); mappings merge as in `extends:`. Before any run,
 `check_differs` fails on any resolved key the arms differ in outside `differs_in`.
+`notes` (and the description and `differs_in`) may change between invocations of a
+sweep; the arms, seeds, steps and claims may not (RUN_KEYS): the claims are fixed when
+the first run starts, and a note says in the report what was changed after that.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from lmpo.trainer.resume import flatten
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
+RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims")  # a resumed sweep keeps these
 PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
 
 
@@ -49,6 +54,7 @@ class Experiment:
     steps: int
     differs_in: list[str]
     claims: list[dict]
+    notes: list[str] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -61,7 +67,7 @@ class Experiment:
                 "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
                          for a in self.arms},
                 "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
-                "claims": self.claims}
+                "claims": self.claims} | ({"notes": self.notes} if self.notes else {})
 
 
 def _seeds(value, where: str) -> list[int]:
@@ -75,7 +81,8 @@ def _seeds(value, where: str) -> list[int]:
 
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
-    allowed = {"name", "description", "base", "arms", "seeds", "steps", "differs_in", "claims"}
+    allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
+               "claims"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
@@ -99,10 +106,14 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     claims = data.get("claims") or []
     if not isinstance(claims, list):
         raise ConfigError(f"{where}: claims must be a list")
+    notes = data.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise ConfigError(f"{where}: notes must be a list of strings")
     exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
                      base=dict(data.get("base") or {}), arms=arms,
                      seeds=_seeds(data.get("seeds", 3), where), steps=steps,
-                     differs_in=list(differs), claims=[dict(c) for c in claims])
+                     differs_in=list(differs), claims=[dict(c) for c in claims],
+                     notes=list(notes))
     from lmpo.experiments.stats import check_claim
 
     for i, claim in enumerate(exp.claims):

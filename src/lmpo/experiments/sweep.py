@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.spec import Experiment, arm_config, check_differs
+from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.config import save_config
 
@@ -70,10 +70,12 @@ def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     saved = out / "experiment.yaml"
     if saved.exists():
-        before = yaml.safe_load(saved.read_text())
-        if before != exp.to_dict():
-            raise ConfigError(f"{out} holds a different experiment ({saved}); resume it with "
-                              "the same file, --seeds and --steps, or choose a new --out")
+        before, now = yaml.safe_load(saved.read_text()), exp.to_dict()
+        changed = [k for k in RUN_KEYS if before.get(k) != now.get(k)]
+        if changed:
+            raise ConfigError(f"{out} holds a different experiment ({saved}: {', '.join(changed)} "
+                              "differ); resume it with the same file, --seeds and --steps, or "
+                              "choose a new --out")
     broken: dict[str, str] = {}
     for arm in exp.arms:
         try:
@@ -93,11 +95,31 @@ def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
             if arm.name in broken:
                 run.status, run.error = "failed", f"config: {broken[arm.name]}"
             else:
-                save_config(arm_config(exp, arm, seed, threads=threads), run.config)
+                cfg = arm_config(exp, arm, seed, threads=threads)
+                save_config(cfg, run.config)
                 if finished(run.run_dir, exp.steps):
-                    run.status = "done"
+                    stale = config_changes(run.run_dir, cfg)
+                    if stale:
+                        run.status, run.error = "failed", (
+                            f"finished under another config ({stale}); delete {run.run_dir} "
+                            "to run it again")
+                    else:
+                        run.status = "done"
             runs.append(run)
     return runs
+
+
+def config_changes(run_dir: Path, cfg) -> str:
+    """'' if the run in `run_dir` ran `cfg` (up to keys a resume may change), else the keys
+    that differ."""
+    from lmpo.trainer.config import to_dict
+    from lmpo.trainer.resume import config_diff
+
+    saved = run_dir / "config.yaml"
+    if not saved.exists():
+        return ""
+    return "; ".join(x.strip() for x in config_diff(yaml.safe_load(saved.read_text()) or {},
+                                                    to_dict(cfg)))
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child

@@ -41,6 +41,7 @@ from lmpo.trainer.checkpoint import (
     truncate_rows,
 )
 from lmpo.trainer.config import ConfigError, save_config
+from lmpo.trainer.dynamic import Drawn, refill
 from lmpo.trainer.evaluate import evaluate, metrics_row, result_from_row
 from lmpo.trainer.faults import CRASH_ENV, crash_point, parse_crash_spec
 from lmpo.trainer.resume import check_resumable
@@ -202,23 +203,37 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     t_start = time.perf_counter()
     # ================================================================ rollout
     group = cfg.rollout.group_size
-    problems = [p for p in state.sampler.next_batch() for _ in range(group)]
-    group_ids = torch.arange(len(problems)) // group
     needs_values = controller is not None and controller.needs_values
-    with sampling_mode(policy):
-        rollout = sample(rt.rollout_model(), [rt.encode(p.prompt) for p in problems],
-                         max_new_tokens=cfg.rollout.max_new_tokens,
-                         temperature=cfg.rollout.temperature, eos_token_id=rt.stop_ids,
-                         pad_token_id=tok.pad_token_id, generator=state.rngs["sample"],
-                         value_fn=IncrementalValues(critic) if needs_values else None,
-                         stopper=controller)
-    t_rollout = time.perf_counter()
-    # ================================================================ scoring
     r_fail = controller.r_fail if controller is not None else 0.0
-    texts = rollout.texts(tok)
-    scored, hits, scorer_errors = score_rollout(rt.reward, problems, texts, rollout.stop_reason,
-                                                r_fail=r_fail, on_error=cfg.scorer_errors)
+    t_gen = 0.0
+
+    def draw() -> Drawn:  # one generation round, scored
+        nonlocal t_gen
+        t0 = time.perf_counter()
+        problems = [p for p in state.sampler.next_batch() for _ in range(group)]
+        with sampling_mode(policy):
+            rollout = sample(rt.rollout_model(), [rt.encode(p.prompt) for p in problems],
+                             max_new_tokens=cfg.rollout.max_new_tokens,
+                             temperature=cfg.rollout.temperature, eos_token_id=rt.stop_ids,
+                             pad_token_id=tok.pad_token_id, generator=state.rngs["sample"],
+                             value_fn=IncrementalValues(critic) if needs_values else None,
+                             stopper=controller)
+        t_gen += time.perf_counter() - t0
+        scored, hits, errors = score_rollout(rt.reward, problems, rollout.texts(tok),
+                                             rollout.stop_reason, r_fail=r_fail,
+                                             on_error=cfg.scorer_errors)
+        return Drawn(problems, rollout, scored, hits, errors)
+
+    drawn, refill_metrics = draw(), {}
+    if cfg.rollout.dynamic_sampling and cfg.rollout.max_gen_batches > 1:
+        drawn, refill_metrics = refill(drawn, draw, group=group,
+                                       max_batches=cfg.rollout.max_gen_batches,
+                                       pad_token_id=tok.pad_token_id)
+    problems, rollout, scored, hits, scorer_errors = (
+        drawn.problems, drawn.rollout, drawn.scored, drawn.hits, drawn.scorer_errors)
+    group_ids = torch.arange(len(problems)) // group
     correct = torch.tensor([float(ok) for ok in hits])
+    t_rollout = t_start + t_gen
     t_score = time.perf_counter()
     stop_diag: dict[str, float] = {}
     if controller is not None and cfg.espo.measure_false_positives:  # with the rollout policy
@@ -280,7 +295,7 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
         row |= adv_metrics | token_zero_frac(seq_adv, rollout.response_mask, tiers)
         if cfg.rollout.dynamic_sampling:
             batch.keep, dropped = nonzero_variance_groups(scores, group_ids)
-            row["data/groups_dropped"] = float(dropped)
+            row["data/groups_dropped"] = float(dropped)  # after a refill: its rounds' drops
         batch.adv = seq_adv.to(dev)[:, None].expand(b, t)
     # ================================================================ update
     row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step)
@@ -312,7 +327,7 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
         "response/length_mean": float(rollout.lengths.float().mean()),
         "data/scorer_errors": float(scorer_errors),
         "train/skipped_updates": float(state.counters.skipped), "lr": lr_at(step, cfg),
-    }
+    } | refill_metrics  # with a refill, reward/* cover every sample generated
     if controller is not None:
         stopped = [i for i, r_ in enumerate(rollout.stop_reason) if r_ == "early_stop"]
         row |= stop_diag | {"espo/stopped": float(len(stopped)),

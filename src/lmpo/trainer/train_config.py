@@ -32,6 +32,9 @@ class RolloutConfig:
     """Train on these tiers only (None = all); evaluation always covers every tier."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal (counted in data/groups_dropped)."""
+    max_gen_batches: int = 1
+    """With dynamic_sampling: generation rounds per step to refill the batch with varied
+    groups (DAPO's over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
     dtype: str = "float32"
     """float32 | bfloat16: sample with a copy of the policy in this precision (the update
     stays float32). bfloat16 is the training-inference mismatch DPPO/DRPO study."""
@@ -273,7 +276,8 @@ class TrainConfig:
         positive = {"steps": self.steps, "threads": self.threads,
                     "max_nonfinite": self.max_nonfinite, "rollout.batch_size": r.batch_size,
                     "rollout.group_size": r.group_size, "rollout.max_new_tokens": r.max_new_tokens,
-                    "rollout.pool_size": r.pool_size, "optim.epochs": o.epochs,
+                    "rollout.pool_size": r.pool_size, "rollout.max_gen_batches": r.max_gen_batches,
+                    "optim.epochs": o.epochs,
                     "optim.minibatches": o.minibatches,
                     "optim.micro_batch_size": o.micro_batch_size, "log.eval_every": lg.eval_every,
                     "log.eval_per_tier": lg.eval_per_tier,
@@ -287,6 +291,9 @@ class TrainConfig:
              f"rollout.batch_size {r.batch_size} is not divisible by rollout.group_size "
              f"{r.group_size}"),
             (r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}"),
+            (r.max_gen_batches == 1 or (r.dynamic_sampling and not self.actor_critic),
+             f"rollout.max_gen_batches {r.max_gen_batches} refills dynamic sampling's batch: it "
+             "needs rollout.dynamic_sampling and the group family"),
             (r.sampler in SAMPLER_KINDS,
              f"rollout.sampler {r.sampler!r} unknown; valid: {', '.join(SAMPLER_KINDS)}"),
             (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),

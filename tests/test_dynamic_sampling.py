@@ -1,0 +1,105 @@
+"""DAPO's dynamic sampling with refill: rounds of generation until the batch holds only
+groups whose rewards vary, every generated token counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lmpo.rollout.types import Rollout
+from lmpo.trainer.config import ConfigError, load_config
+from lmpo.trainer.dynamic import Drawn, concat, refill, varied_groups
+from lmpo.trainer.loop import train
+from lmpo.trainer.train_config import TrainConfig
+
+PAD = 0
+
+
+def rollout(tag: int, n: int, prompt_w: int, resp_w: int) -> Rollout:
+    """Rows whose tokens encode (round tag, row): row i's prompt is tag*100 + i, left-padded;
+    its response has i % resp_w + 1 tokens."""
+    lengths = torch.tensor([i % resp_w + 1 for i in range(n)])
+    resp_mask = (torch.arange(resp_w)[None] < lengths[:, None]).float()
+    resp = torch.where(resp_mask.bool(), tag * 100 + torch.arange(n)[:, None], PAD)
+    prompt = torch.full((n, prompt_w), PAD)
+    prompt[:, -1] = tag * 100 + torch.arange(n)
+    pmask = torch.zeros(n, prompt_w, dtype=torch.long)
+    pmask[:, -1] = 1
+    return Rollout(prompt, pmask, resp, resp_mask, logp=-resp_mask * (tag + 1),
+                   regret=resp_mask * 0.5, values=None, stop_reason=["eos"] * n,
+                   num_generated=int(lengths.sum()), lengths=lengths)
+
+
+def drawn(tag: int, scores: list, prompt_w: int = 2, resp_w: int = 3) -> Drawn:
+    n = len(scores)
+    return Drawn([f"p{tag}-{i}" for i in range(n)], rollout(tag, n, prompt_w, resp_w),
+                 list(scores), [s == 1.0 for s in scores], scorer_errors=tag)
+
+
+def test_varied_groups_ignore_unscored_samples():
+    assert varied_groups([1, 1, 0, 1, 0, 0, 0.3, 0.3], 2) == [1]
+    assert varied_groups([1, None, 0, None, 1, 0], 3) == [0, 1]  # None takes no part
+
+
+def test_refill_keeps_whole_varied_groups_in_order_and_counts_every_token():
+    G = 2
+    first = drawn(0, [1, 1, 0, 1, 0, 0, 1, 0])  # groups 1 and 3 vary; want 4 groups
+    more = iter([drawn(1, [0, 0, 0, 0, 1, 1, 0, 0], prompt_w=4, resp_w=5),  # nothing varies
+                 drawn(2, [0, 1, 1, 1, 1, 0, 0, 1], resp_w=2)])  # 0, 2, 3 vary: one surplus
+    batch, m = refill(first, lambda: next(more), group=G, max_batches=5, pad_token_id=PAD)
+    assert batch.problems == ["p0-2", "p0-3", "p0-6", "p0-7", "p2-0", "p2-1", "p2-4", "p2-5"]
+    assert batch.scored == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert m == {"data/gen_batches": 3.0, "data/groups_dropped": 2 + 4 + 1,
+                 "data/groups_unused": 1.0, "reward/mean": 11 / 24, "reward/accuracy": 11 / 24}
+    r = batch.rollout
+    assert r.num_generated == sum(x.rollout.num_generated for x in
+                                  (first, drawn(1, [0] * 8, 4, 5), drawn(2, [0] * 8, resp_w=2)))
+    assert r.prompt_ids.shape == (8, 2) and r.response_ids.shape == (8, 3)  # widest kept
+    assert r.prompt_ids[:, -1].tolist() == [2, 3, 6, 7, 200, 201, 204, 205]
+    assert r.lengths.tolist() == [3, 1, 1, 2, 1, 2, 1, 2]
+    assert torch.equal(r.response_mask.sum(-1), r.lengths.float())
+    assert torch.equal(r.logp, -r.response_mask * torch.tensor([1.0] * 4 + [3.0] * 4)[:, None])
+    assert (r.response_ids[r.response_mask == 0] == PAD).all()
+    assert batch.scorer_errors == 0 + 1 + 2
+
+
+def test_refill_stops_after_max_batches_with_what_it_has():
+    more = iter([drawn(1, [1, 1, 1, 0])])
+    batch, m = refill(drawn(0, [0, 0, 0, 1]), lambda: next(more), group=2, max_batches=2,
+                      pad_token_id=PAD)
+    assert batch.problems == ["p0-2", "p0-3", "p1-2", "p1-3"] and m["data/gen_batches"] == 2
+    flat, m = refill(drawn(0, [0, 0, 1, 1]), lambda: drawn(1, [1, 1, 0, 0]), group=2,
+                     max_batches=3, pad_token_id=PAD)
+    assert flat.problems == ["p0-0", "p0-1", "p0-2", "p0-3"]  # nothing varied: A = 0 batch
+    assert flat.rollout.num_generated == 3 * drawn(0, [0] * 4).rollout.num_generated
+    assert m["data/groups_dropped"] == 6.0
+
+
+def test_concat_of_one_rollout_is_that_rollout():
+    r = rollout(3, 4, 2, 3)
+    c = concat([r], PAD, r.num_generated)
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logp", "lengths"):
+        assert torch.equal(getattr(c, name), getattr(r, name)), name
+
+
+def test_a_refilled_dapo_step_trains_on_varied_groups(sft_run, tmp_path):
+    cfg = load_config(TrainConfig, "dapo", [
+        f"policy={sft_run[0]}", "steps=3", "rollout.max_gen_batches=4",
+        "log.eval_every=1000", "log.eval_per_tier=4", "log.tensorboard=false"])
+    train(cfg, tmp_path / "run", progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
+    for r in rows:
+        assert 1 <= r["data/gen_batches"] <= 4 and r["train/updates"] > 0
+        if r["data/gen_batches"] > 1:  # the extra rounds' tokens are paid for
+            assert r["tokens/generated"] > r["response/length_mean"] * 64
+    assert any(r["data/groups_dropped"] > 0 for r in rows)
+
+
+def test_refill_needs_dynamic_sampling_in_the_group_family():
+    with pytest.raises(ConfigError, match="max_gen_batches 3 refills"):
+        load_config(TrainConfig, "grpo", ["rollout.max_gen_batches=3"])
+    with pytest.raises(ConfigError, match="max_gen_batches 3 refills"):
+        load_config(TrainConfig, "ppo_clip", ["rollout.max_gen_batches=3",
+                                              "rollout.dynamic_sampling=true"])
