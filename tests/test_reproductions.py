@@ -34,6 +34,8 @@ MATCHED = {
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode"},
 }
+MATCHED["espo"] = {"espo.enabled", "espo.mode", "espo.beta", "espo.warmup", "espo.r_fail",
+                   "espo.savings"}
 # Pairs inside an experiment that must differ in the loss alone (the matched pairs of
 # an experiment whose arms span two families).
 LOSS_ONLY = {"output_reset": [("grpo", "grpo_or"), ("ppo_clip", "ppo_or")]}

@@ -138,16 +138,15 @@ def seed_values(data: dict, arm: str, metric: str, reduce: str, k: int = 20) -> 
 
 
 def arm_table(data: dict) -> dict[str, dict[str, dict]]:
-    """{arm: {label: summary}} for the standard metrics and the arm's own diagnostics."""
+    """{arm: {label: summary}} for the standard metrics and every arm's own diagnostics,
+    each for every arm that logged it (so a mechanism's quantity, computed for the matched
+    arm too, sits next to it)."""
     exp = data["experiment"]
+    configs = [r["config"] for r in data["runs"].values() if r["config"]]
+    own = dict.fromkeys(m for cfg in configs for m in method_diagnostics(cfg))
+    metrics = list(STANDARD) + [(f"{m} (mean of last 20 logged)", m, "last_k") for m in own]
     table: dict[str, dict[str, dict]] = {}
     for arm in exp.arms:
-        cfg = next((r["config"] for (a, _), r in data["runs"].items()
-                    if a == arm.name and r["config"]), None)
-        metrics = list(STANDARD)
-        if cfg is not None:
-            metrics += [(f"{m} (mean of last 20 logged)", m, "last_k")
-                        for m in method_diagnostics(cfg)]
         table[arm.name] = {}
         for label, metric, reduce in metrics:
             values = seed_values(data, arm.name, metric, reduce)
@@ -261,7 +260,7 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
              + (f"; {info['interrupted']} interrupted, their time not counted"
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
              "steps in all", "",
-             *([""] + [f"**Note.** {n}" for n in info.get("notes", [])]),
+             *[x for n in info.get("notes", []) for x in ("", f"**Note.** {n}")],
              "", "What the arms' configs differ in:", "",
              "| key | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for key, vals in info["differences"].items():
