@@ -260,8 +260,8 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
              + (f"; {info['interrupted']} interrupted, their time not counted"
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
              "steps in all", "",
-             *[x for n in info.get("notes", []) for x in ("", f"**Note.** {n}")],
-             "", "What the arms' configs differ in:", "",
+             *[x for n in info.get("notes", []) for x in (f"**Note.** {n}", "")],
+             "What the arms' configs differ in:", "",
              "| key | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for key, vals in info["differences"].items():
         lines.append(f"| `{key}` | " + " | ".join(f"{vals.get(a, '-')}" for a in arms) + " |")
