@@ -18,6 +18,7 @@ from lmpo.experiments.report import report
 from lmpo.experiments.spec import load_experiment, parse_experiment
 from lmpo.experiments.stats import bootstrap_mean_ci, evaluate_claim, reduce_metric, summarize
 from lmpo.experiments.sweep import compare
+from lmpo.trainer.train_config import TrainConfig
 
 
 # ---------------------------------------------------------------- statistics
@@ -319,6 +320,21 @@ def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, 
                    "expect": "greater", "sentence": "s"}]
     with pytest.raises(ConfigError, match=r"holds a different experiment .*claims differ"):
         compare(exp, tmp_path / "out", live=False)
+
+
+def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
+    from lmpo.experiments.sweep import config_changes
+    from lmpo.trainer.config import load_config, to_dict
+
+    cfg = load_config(TrainConfig, "dapo")
+    old = to_dict(cfg)
+    del old["rollout"]["max_gen_batches"]  # a run made before the key existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert config_changes(tmp_path, cfg) == "rollout.max_gen_batches: '<unset>' -> 10"
+    cfg.rollout.max_gen_batches = 1  # the default: the old run did exactly this
+    assert config_changes(tmp_path, cfg) == ""
+    cfg.optim.lr = 1e-4
+    assert config_changes(tmp_path, cfg) == "optim.lr: 2e-05 -> 0.0001"
 
 
 def test_list_prints_each_runs_command(tiny_policy_dir, tmp_path, capsys):
