@@ -51,6 +51,8 @@ def test_refill_keeps_whole_varied_groups_in_order_and_counts_every_token():
     batch, m = refill(first, lambda: next(more), group=G, max_batches=5, pad_token_id=PAD)
     assert batch.problems == ["p0-2", "p0-3", "p0-6", "p0-7", "p2-0", "p2-1", "p2-4", "p2-5"]
     assert batch.scored == [0, 1, 1, 0, 0, 1, 1, 0]
+    std = m.pop("reward/std")
+    assert std == pytest.approx(float(torch.tensor([1.0] * 11 + [0.0] * 13).std()))
     assert m == {"data/gen_batches": 3.0, "data/groups_dropped": 2 + 4 + 1,
                  "data/groups_unused": 1.0, "reward/mean": 11 / 24, "reward/accuracy": 11 / 24}
     r = batch.rollout

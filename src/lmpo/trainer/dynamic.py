@@ -12,6 +12,7 @@ of the last round are not used (`data/groups_unused`). Every generated token cou
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -69,6 +70,7 @@ def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: 
     metrics = {"data/gen_batches": float(len(rounds)), "data/groups_dropped": float(dropped),
                "data/groups_unused": float(unused),
                "reward/mean": sum(every) / len(every) if every else 0.0,
+               "reward/std": statistics.stdev(every) if len(every) > 1 else 0.0,
                "reward/accuracy": sum(hits) / len(hits)}
     generated = sum(d.rollout.num_generated for d in rounds)
     if not parts:  # nothing varied in any round: train on the first round (all A = 0)
