@@ -22,6 +22,7 @@ from lmpo.errors import ConfigError
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import (
     MIN_SEEDS,
+    claim_values,
     describe_claim,
     evaluate_claim,
     reduce_metric,
@@ -159,14 +160,10 @@ def arm_table(data: dict) -> dict[str, dict[str, dict]]:
 def claim_results(data: dict) -> list[dict]:
     out = []
     for claim in data["experiment"].claims:
-        reduce, k, arms = claim.get("reduce", "final"), int(claim.get("k", 20)), claim["arms"]
-        vals = [seed_values(data, arm, claim["metric"], reduce, k)
-                for arm in (arms * 2)[:max(2, len(arms))]]  # one arm: its values vs a bound
-        seeds = [s for s in data["experiment"].seeds if all(s in v for v in vals)]
-        a, b = ([v[s] for s in seeds] for v in vals[:2])
-        if len(arms) == 4:  # gains within each seed: (a - b) vs (c - d)
-            a = [x - y for x, y in zip(a, b, strict=True)]
-            b = [vals[2][s] - vals[3][s] for s in seeds]
+        reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
+        values = {arm: seed_values(data, arm, claim["metric"], reduce, k)
+                  for arm in claim["arms"]}
+        seeds, a, b = claim_values(claim, values, data["experiment"].seeds)
         result = evaluate_claim(claim, a, b)
         out.append({"claim": describe_claim(claim), "sentence": claim["sentence"],
                     "kind": claim["kind"], "seeds": seeds} | result)

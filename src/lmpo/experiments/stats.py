@@ -176,6 +176,22 @@ def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
     return "holds" if -margin <= lo and hi <= margin else "not shown"
 
 
+def claim_values(claim: dict, values: dict[str, dict[int, float]], seeds: list[int]
+                 ) -> tuple[list[int], list[float], list[float] | None]:
+    """(seeds every named arm has, a, b): the per-seed values a claim compares, from
+    {arm: {seed: value}}. One arm: b is None (a value against a bound); four arms
+    [a, b, c, d]: a - b and c - d, each within a seed."""
+    arms = claim["arms"]
+    kept = [s for s in seeds if all(s in values[arm] for arm in arms)]
+    col = [[values[arm][s] for s in kept] for arm in arms]
+    if len(arms) == 1:
+        return kept, col[0], None
+    if len(arms) == 4:
+        return kept, [x - y for x, y in zip(col[0], col[1], strict=True)], \
+            [x - y for x, y in zip(col[2], col[3], strict=True)]
+    return kept, col[0], col[1]
+
+
 def evaluate_claim(claim: dict, a, b=None) -> dict:
     """The claim's point estimate, paired bootstrap CI and verdict for per-seed values a, b
     (same seeds, same order; a claim on one arm's value has no b)."""
