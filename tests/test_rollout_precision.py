@@ -59,3 +59,14 @@ def test_bf16_rollouts_log_the_mismatch_and_anchor_the_ratio_as_asked(tiny_polic
         assert spread < 1e-5
     else:
         assert spread > 1e-3
+
+
+def test_kl_consecutive_measures_the_update_not_the_bf16_mismatch(tiny_policy_dir, tmp_path):
+    """With lr 1e-30 the policy does not move: kl/consecutive is 0 (to float32 reordering) even
+    though the bf16 anchor differs from the policy by rollout/logp_mismatch; the post-update
+    displacement, which the loss sees, still carries the mismatch."""
+    rows = rows_of(tiny_policy_dir, tmp_path, "frozen",
+                   ["rollout.dtype=bfloat16", "rollout.old_logp=rollout", "optim.lr=1e-30"])
+    assert rows[0]["rollout/logp_mismatch"] > 1e-4
+    assert abs(rows[0]["kl/consecutive"]) < 1e-9
+    assert rows[0]["diag/displacement_after"] > 1e-4

@@ -41,13 +41,13 @@ def make_batch(policy, b=64, p=5, t=9, seed=0) -> TrainBatch:
 def test_micro_batch_size_does_not_change_the_gradient(agg):
     """One minibatch of 64 sequences in one micro-batch or in 8 of 8: the same policy and
     critic gradients to rtol 1e-10 (float64 policy), with the policy, KL, entropy and value
-    terms all present."""
+    terms all present; the batch's largest ratio is the same either way."""
     tok = build_tokenizer()
     policy = build_policy("nano", tok, seed=0).to(D)
     critic = ValueModel.from_policy(policy).to(D)
     batch = make_batch(policy)
     loss_fn = get_loss("cegppo", beta1=0.5, beta2=1.0)
-    grads = {}
+    grads, ratio_max = {}, {}
     for micro in (64, 8):
         cfg = load_config(TrainConfig, None, [f"optim.micro_batch_size={micro}", "kl.coef=0.1",
                                               "optim.entropy_coef=0.01", "advantage.name=gae",
@@ -58,6 +58,8 @@ def test_micro_batch_size_does_not_change_the_gradient(agg):
                                             torch.arange(64), cfg)
         assert bad is None and {"loss/term_kl", "loss/term_entropy", "value/loss"} <= set(metrics)
         grads[micro] = [p.grad.clone() for p in (*policy.parameters(), *critic.parameters())]
+        ratio_max[micro] = metrics["loss/ratio_max"]
+    assert ratio_max[64] == pytest.approx(ratio_max[8], rel=1e-12)  # the max, not a mean of 8
     assert len(grads[64]) == len(grads[8])
     for a, b in zip(grads[64], grads[8], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
@@ -82,7 +84,7 @@ def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
             return {}, "policy"
         out = policy_(input_ids=batch_.ids[mb][:, :3]).logits.sum() * 0  # a zero gradient
         out.backward()
-        return {"loss/x": value}, None
+        return {"loss/x": value, "loss/w_min": -value, "loss/w_max": 10 - value}, None
 
     monkeypatch.setattr(upd, "accumulate_gradients", fake)
     state = RunState(policy=policy, reference=policy, opt=torch.optim.SGD(policy.parameters()),
@@ -90,4 +92,5 @@ def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
                      rngs={"shuffle": torch.Generator().manual_seed(0)})
     out = update(state, batch, None, "token-mean", cfg, lr=1e-3, step=1)
     assert out["train/updates"] == 3 and out["loss/x"] == pytest.approx(3.0)
+    assert out["loss/w_min"] == -5.0 and out["loss/w_max"] == 9.0
     assert state.counters.skipped == 1 and state.counters.nonfinite_streak == 0

@@ -262,14 +262,16 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     resp_ids, resp_mask = rollout.response_ids.to(dev), rollout.response_mask.to(dev)
     old_logp = rollout.logp.to(dev)
     b, t = resp_ids.shape
+    pre_update = old_logp  # the policy's own (float32) log-probs before this step's update
     if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32":
         with torch.no_grad():
             recomputed, _ = forward_logprobs(policy, ids, mask, resp_ids,
                                              cfg.rollout.temperature, with_entropy=False)
         row["rollout/logp_mismatch"] = float(masked_mean((old_logp - recomputed).abs(),
                                                          resp_mask))
+        pre_update = recomputed * resp_mask
         if cfg.rollout.old_logp == "recompute":
-            old_logp = recomputed * resp_mask
+            old_logp = pre_update
     diagnose = (step - 1) % cfg.log.policy_kl_every == 0
     ref_logp = None
     if cfg.kl.coef > 0 or diagnose:
@@ -307,9 +309,12 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
         if row["train/updates"] == 0:  # nothing trained (all groups dropped / skipped)
             row["policy/entropy"] = float(masked_mean(ent, resp_mask))
         if diagnose:
+            # KL between consecutive policies (k3), not to the anchor: a bf16 rollout's
+            # mismatch is rollout/logp_mismatch, not a step the update took
+            step_rho = new_logp - pre_update
+            row["kl/consecutive"] = float(masked_mean(
+                torch.exp(step_rho.clamp(-20, 20)) - 1 - step_rho, resp_mask))
             rho = new_logp - old_logp
-            r = torch.exp(rho.clamp(-20, 20))
-            row["kl/consecutive"] = float(masked_mean(r - 1 - rho, resp_mask))
             after = displacement_metrics(rho, batch.adv, resp_mask, or_alpha(cfg))
             row |= {"diag/displacement_after": after["displacement"],
                     "diag/displacement_seq_after": after["displacement_seq"],

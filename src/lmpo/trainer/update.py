@@ -39,6 +39,21 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # [B, T], actor-critic only
 
 
+EXTREMES = ("_min", "_max")
+
+
+def combine(sums: dict, key: str, value: float, weight: float) -> None:
+    """Fold one micro-batch's (or one update's) metric into `sums`: an extreme (a key ending
+    in _min or _max) stays the extreme over the whole step; anything else is a weighted sum
+    (averaged by the caller)."""
+    if key.endswith("_min"):
+        sums[key] = min(sums.get(key, value), value)
+    elif key.endswith("_max"):
+        sums[key] = max(sums.get(key, value), value)
+    else:
+        sums[key] += value * weight
+
+
 def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                          mb: torch.Tensor, cfg) -> tuple[dict[str, float], str | None]:
     """Forward and backward over the micro-batches of minibatch `mb` (sample indices);
@@ -75,20 +90,20 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         sum(terms.values()).backward()
         frac = len(micro) / len(mb)
         for k, x in loss_metrics.items():
-            sums["loss/" + k] += x * frac
+            combine(sums, "loss/" + k, x, frac)
         for k, x in terms.items():
             sums["loss/term_" + k] += float(x.detach())
         if critic is not None:
             for k, x in v_metrics.items():
-                sums[k] += x * frac
+                combine(sums, k, x, frac)
         sums["policy/entropy"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
 
 
 def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int) -> dict:
     """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
-    optimiser steps. Returns the metrics averaged over the applied updates, plus
-    `train/updates`. Raises NonFiniteError after `cfg.max_nonfinite` consecutive
+    optimiser steps. Returns the metrics averaged over the applied updates (a _min or _max
+    metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after `cfg.max_nonfinite` consecutive
     non-finite updates (each is skipped)."""
     policy, critic, counters = state.policy, state.critic, state.counters
     sums: dict[str, float] = defaultdict(float)
@@ -121,7 +136,8 @@ def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step:
                 state.critic_opt.step()
             metrics["grad/norm"] = float(grad_norm)
             for k, v in metrics.items():
-                sums[k] += v
+                combine(sums, k, v, 1.0)
             updates += 1
-    out = {k: v / updates for k, v in sums.items()} if updates else {}
+    out = {k: v if k.endswith(EXTREMES) else v / updates
+           for k, v in sums.items()} if updates else {}
     return out | {"train/updates": float(updates)}
