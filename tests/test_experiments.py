@@ -31,6 +31,14 @@ def test_summary_is_mean_sample_std_and_a_bootstrap_ci():
     assert math.isnan(summarize([1.0])["std"])
 
 
+def test_a_diagnostic_range_is_reported_by_its_extreme_over_the_run():
+    from lmpo.experiments.report import diagnostic_row
+
+    assert diagnostic_row("loss/drpo/weight_min")[1:] == ("loss/drpo/weight_min", "min")
+    assert diagnostic_row("loss/drpo/weight_max")[1:] == ("loss/drpo/weight_max", "max")
+    assert diagnostic_row("loss/clipfrac_high")[1:] == ("loss/clipfrac_high", "last_k")
+
+
 def test_metric_reduction():
     rows = [{"step": 1, "x": 1.0}, {"step": 2}, {"step": 3, "x": 3.0}, {"step": 4, "x": 5.0}]
     assert reduce_metric(rows, "x") == 5.0
@@ -44,6 +52,7 @@ def test_metric_reduction():
     assert reduce_metric(dip[:3], "x", "rebound", k=2) == 0.0  # ends at its low
     assert reduce_metric(dip, "x", "last_over_first", k=2) == pytest.approx(4.5 / 3.0)
     assert reduce_metric(dip, "x", "max") == 6.0 and reduce_metric(dip[:3], "x", "max") == 4.0
+    assert reduce_metric(dip, "x", "min") == 1.0 and reduce_metric(dip[:2], "x", "min") == 2.0
     with pytest.raises(KeyError, match="'y' was never logged"):
         reduce_metric(rows, "y")
 

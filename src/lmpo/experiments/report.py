@@ -40,6 +40,8 @@ STANDARD = [  # (label, metric, reduce)
     ("cumulative rollout tokens", "tokens/cumulative", "final"),
     ("KL to the reference (last logged)", "kl/ref", "final"),
     ("rollout log-prob mismatch (mean of last 20 logged)", "rollout/logp_mismatch", "last_k"),
+    ("KL between consecutive policies (highest logged)", "kl/consecutive", "max"),
+    ("skipped (non-finite) updates", "train/skipped_updates", "final"),
 ]
 COVERAGE_NOTE = ("95% bootstrap CIs resample the seeds, and with few seeds they are too "
                  "narrow: for a normal population a nominal 95% percentile interval covered "
@@ -138,6 +140,15 @@ def seed_values(data: dict, arm: str, metric: str, reduce: str, k: int = 20) -> 
     return out
 
 
+def diagnostic_row(metric: str) -> tuple[str, str, str]:
+    """(label, metric, reduce) of a mechanism diagnostic: a range end (..._min / ..._max) is
+    its extreme over the run, anything else the mean of its last 20 logged values."""
+    for suffix, reduce, word in (("_min", "min", "lowest"), ("_max", "max", "highest")):
+        if metric.endswith(suffix):
+            return f"{metric} ({word} logged)", metric, reduce
+    return f"{metric} (mean of last 20 logged)", metric, "last_k"
+
+
 def arm_table(data: dict) -> dict[str, dict[str, dict]]:
     """{arm: {label: summary}} for the standard metrics and every arm's own diagnostics,
     each for every arm that logged it (so a mechanism's quantity, computed for the matched
@@ -145,7 +156,7 @@ def arm_table(data: dict) -> dict[str, dict[str, dict]]:
     exp = data["experiment"]
     configs = [r["config"] for r in data["runs"].values() if r["config"]]
     own = dict.fromkeys(m for cfg in configs for m in method_diagnostics(cfg))
-    metrics = list(STANDARD) + [(f"{m} (mean of last 20 logged)", m, "last_k") for m in own]
+    metrics = list(STANDARD) + [diagnostic_row(m) for m in own]
     table: dict[str, dict[str, dict]] = {}
     for arm in exp.arms:
         table[arm.name] = {}

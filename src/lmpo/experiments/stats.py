@@ -37,7 +37,7 @@ RESAMPLES = 10_000
 LEVEL = 0.95
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max")
+REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max", "min")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher")}
 
@@ -47,7 +47,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     """One run's value of `metric`: its last logged value ("final"), the mean of its last k
     ("last_k"), how far that mean sits above the lowest mean of k consecutive values
     anywhere in the run ("rebound": 0 for a trace that ends at its low), or its ratio to
-    the mean of the first k ("last_over_first"), or its largest value ("max": a spike)."""
+    the mean of the first k ("last_over_first"), or its largest or smallest value ("max": a
+    spike; "min")."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
@@ -63,6 +64,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
         return float(means[-1] - means.min())
     if reduce == "max":
         return float(max(values))
+    if reduce == "min":
+        return float(min(values))
     if reduce == "last_over_first":
         head, tail = values[:k], values[-k:]
         return float((sum(tail) / len(tail)) / (sum(head) / len(head)))

@@ -263,7 +263,8 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     old_logp = rollout.logp.to(dev)
     b, t = resp_ids.shape
     pre_update = old_logp  # the policy's own (float32) log-probs before this step's update
-    if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32":
+    diagnose = (step - 1) % cfg.log.policy_kl_every == 0
+    if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32" or diagnose:
         with torch.no_grad():
             recomputed, _ = forward_logprobs(policy, ids, mask, resp_ids,
                                              cfg.rollout.temperature, with_entropy=False)
@@ -272,7 +273,6 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
         pre_update = recomputed * resp_mask
         if cfg.rollout.old_logp == "recompute":
             old_logp = pre_update
-    diagnose = (step - 1) % cfg.log.policy_kl_every == 0
     ref_logp = None
     if cfg.kl.coef > 0 or diagnose:
         with torch.no_grad():

@@ -40,7 +40,8 @@ class RolloutConfig:
     stays float32). bfloat16 is the training-inference mismatch DPPO/DRPO study."""
     old_logp: str = "rollout"
     """Which log-probs anchor the ratio: rollout (recorded while sampling) | recompute (a
-    float32 pass before the first update). rollout/logp_mismatch is logged when both exist."""
+    float32 pass before the first update). rollout/logp_mismatch is logged on every step
+    that has both: with recompute or a bfloat16 rollout, and on the diagnostic steps."""
 
 
 @dataclass
@@ -173,8 +174,9 @@ class LogConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     policy_kl_every: int = 5
-    """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies and the
-    post-update diag/*_after diagnostics (one extra forward pass over the batch each)."""
+    """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies (float32,
+    before and after the update), the rollout's log-prob mismatch and the post-update
+    diag/*_after diagnostics (one extra forward pass over the batch each)."""
     tensorboard: bool = True
     or_alpha: float | None = None
     """Margin for the post-update diag/or_* diagnostics of every ratio loss: None = the
