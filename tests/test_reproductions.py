@@ -39,9 +39,21 @@ MATCHED["espo"] = {"espo.enabled", "espo.mode", "espo.beta", "espo.warmup", "esp
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}
-# Pairs inside an experiment that must differ in the loss alone (the matched pairs of
-# an experiment whose arms span two families).
-LOSS_ONLY = {"output_reset": [("grpo", "grpo_or"), ("ppo_clip", "ppo_or")]}
+MATCHED["drpo"] = {"loss.name", "loss.agg", "loss.hparams.eps_low", "loss.hparams.eps_high",
+                   "loss.hparams.delta_low", "loss.hparams.delta_high",
+                   "loss.hparams.clip_ratio_c", "loss.hparams.delta", "advantage.name",
+                   "rollout.dtype", "optim.lr"}
+# Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
+# pairs of an experiment whose arms span two families differ in the loss alone; one method
+# under two conditions differs in the condition alone.
+LOSS = ("loss.",)
+PAIRS = {"output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
+         "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("clip", "dppo", "drpo")
+                  for a, b, keys in (("", "_bf16", ("rollout.dtype",)),
+                                     ("", "_lr", ("optim.lr",)),
+                                     ("_bf16", "_lr", ("rollout.dtype", "optim.lr")))]
+         + [("drpo_bf16", "drpo_d0.25_bf16", ("loss.hparams.delta",)),
+            ("drpo_lr", "drpo_d0.25_lr", ("loss.hparams.delta",))]}
 
 
 def test_every_experiment_is_listed_here():
@@ -53,9 +65,9 @@ def test_arms_differ_in_exactly_what_the_paper_changes(name):
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     assert set(check_differs(exp)) == MATCHED[name]
     assert len(exp.seeds) >= 3
-    for pair in LOSS_ONLY.get(name, []):
-        sub = replace(exp, arms=[exp.arm(a) for a in pair])
-        assert {k for k in check_differs(sub) if not k.startswith("loss.")} == set(), pair
+    for a, b, keys in PAIRS.get(name, []):
+        sub = replace(exp, arms=[exp.arm(a), exp.arm(b)])
+        assert {k for k in check_differs(sub) if not k.startswith(keys)} == set(), (a, b)
 
 
 @pytest.mark.parametrize("name", PILOTS)
