@@ -31,6 +31,27 @@ def tiny_policy_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_rm_dir(tiny_policy_dir, tmp_path_factory):
+    """A reward model with the random nano trunk and a random head, saved as `lmpo rm`
+    saves one (for smoke runs against a reward model)."""
+    import json
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from lmpo.rewards.reward_model import META_FILE
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy_dir)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        tiny_policy_dir, num_labels=1, pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny_rm")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / META_FILE).write_text(json.dumps({"prompt_format": "raw"}))
+    return path
+
+
+@pytest.fixture(scope="session")
 def sft_run(tmp_path_factory):
     """A nano policy warm-started on chain sums as the `nano-chain-sum` SFT preset does
     (800 steps, ~70 s): the testbed's starting point, shared by the SFT and RL tests."""

@@ -43,11 +43,13 @@ MATCHED["drpo"] = {"loss.name", "loss.agg", "loss.hparams.eps_low", "loss.hparam
                    "loss.hparams.delta_low", "loss.hparams.delta_high",
                    "loss.hparams.clip_ratio_c", "loss.hparams.delta", "advantage.name",
                    "rollout.dtype", "optim.lr"}
+MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
 LOSS = ("loss.",)
 PAIRS = {"output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
+         "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("clip", "dppo", "drpo")
                   for a, b, keys in (("", "_bf16", ("rollout.dtype",)),
                                      ("", "_lr", ("optim.lr",)),
@@ -81,9 +83,12 @@ def test_a_pilot_never_uses_its_experiments_seeds(name):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_arm_runs_two_steps_and_logs_what_its_claims_read(name, tiny_policy_dir,
-                                                                  tmp_path):
+                                                                  tiny_rm_dir, tmp_path):
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
-    exp.base = merge(exp.base, TINY_BASE | {"policy": str(tiny_policy_dir)})
+    tiny = TINY_BASE | {"policy": str(tiny_policy_dir)}
+    if (exp.base.get("reward") or {}).get("model"):  # a random reward model, not the trained one
+        tiny |= {"reward": exp.base["reward"] | {"model": str(tiny_rm_dir)}}
+    exp.base = merge(exp.base, tiny)
     exp.steps = 2
     for arm in exp.arms:
         read = {c["metric"] for c in exp.claims if arm.name in c["arms"]}

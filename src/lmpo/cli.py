@@ -25,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", help="output folder (overrides the config's out)")
     sft.add_argument("overrides", nargs="*", metavar="key=value")
 
+    rm = sub.add_parser("rm", help="train a Bradley-Terry reward model from pairwise preferences")
+    rm.add_argument("--config", help="an rm preset name (`lmpo presets`) or a YAML file "
+                                     "(defaults if omitted)")
+    rm.add_argument("--out", help="output folder (overrides the config's out)")
+    rm.add_argument("overrides", nargs="*", metavar="key=value")
+
     tr = sub.add_parser("train", help="RL-train a policy with any registered loss and advantage")
     tr.add_argument("--config", required=True,
                     help="a train preset name (`lmpo presets`) or a YAML file")
@@ -136,7 +142,7 @@ def cmd_presets(args) -> int:
     for col in ("kind", "name", "description"):
         table.add_column(col)
     for kind, command in (("train", "lmpo train"), ("sft", "lmpo sft / policy:"),
-                          ("experiment", "lmpo compare")):
+                          ("experiment", "lmpo compare"), ("rm", "lmpo rm / reward.model:")):
         rows = presets.list_presets(kind)
         for i, (name, text) in enumerate(rows):
             table.add_row(f"{kind} ({command})" if i == 0 else "", name, text)
@@ -162,6 +168,25 @@ def cmd_sft(args) -> int:
                                  title=f"SFT {cfg.task} {cfg.size}: per-tier accuracy"))
     console.print(f"loss {summary['loss_first']:.3f} -> {summary['loss_last']:.3f} in "
                   f"{summary['seconds']:.0f} s; wrote {cfg.out}")
+    return 0
+
+
+def cmd_rm(args) -> int:
+    from rich.console import Console
+
+    from lmpo.trainer.config import load_config
+    from lmpo.trainer.rm import RMConfig, run_rm
+
+    overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
+    cfg = load_config(RMConfig, args.config, overrides)
+    s = run_rm(cfg)
+    before, after = s["heldout_before"], s["heldout"]
+    Console().print(
+        f"reward model: {s['pairs']['train']} training pairs, {s['pairs']['heldout']} held out "
+        f"({s['pairs']['source']}); held-out pair accuracy {before['accuracy']:.3f} -> "
+        f"{after['accuracy']:.3f}, reward gap {after['gap_mean']:.3f}; "
+        f"{sum(s['seconds_per_epoch']) / len(s['seconds_per_epoch']):.1f} s per epoch; "
+        f"wrote {cfg.out}")
     return 0
 
 
@@ -235,8 +260,8 @@ def cmd_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"sft": cmd_sft, "train": cmd_train, "eval": cmd_eval, "compare": cmd_compare,
-            "report": cmd_report, "presets": cmd_presets}
+COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
+            "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 curves.png: reward, training accuracy, entropy, KL to the reference, held-out
 accuracy (from the evaluation before training, step 0) and cumulative tokens
-against step; diagnostics.png: one panel per
+against step, and with a reward model its raw score, the checker's score and the
+held-out reward; diagnostics.png: one panel per
 method diagnostic; tokens.png: accuracy against cumulative rollout tokens (what
 ESPO changes). Per-step training curves are smoothed by a moving average over
 10 steps (said in each panel's title).
@@ -16,6 +17,7 @@ import numpy as np
 
 CURVES = ["reward/mean", "reward/accuracy", "policy/entropy", "kl/ref",
           "eval/accuracy_trained", "tokens/cumulative"]
+OPTIONAL_CURVES = ["reward/rm_mean", "reward/checker_mean", "eval/reward_mean"]  # if logged
 SMOOTH = 10
 SPARSE = ("eval/", "kl/", "diag/", "tokens/cumulative")  # sparse or cumulative: not smoothed
 
@@ -101,7 +103,9 @@ def write_plots(data: dict, folder: Path) -> list[str]:
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    if grid(data, CURVES, folder / "curves.png", title="training and held-out curves"):
+    logged = {k for r in data["runs"].values() for row in r["rows"] for k in row}
+    curves = CURVES + [m for m in OPTIONAL_CURVES if m in logged and "reward/rm_mean" in logged]
+    if grid(data, curves, folder / "curves.png", title="training and held-out curves"):
         written.append("curves.png")
     diags = list(dict.fromkeys(
         m for r in data["runs"].values() if r["config"] for m in method_diagnostics(r["config"])))

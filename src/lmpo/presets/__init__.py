@@ -1,9 +1,10 @@
 """The presets lmpo ships, resolvable by name from any directory.
 
-Three namespaces, one folder each inside the package (the repository's only
+Four namespaces, one folder each inside the package (the repository's only
 copy): `train` (`lmpo train --config NAME`), `sft` (`lmpo sft --config NAME`,
-also the warm-start policies a train preset names in `policy:`) and `experiment`
-(`lmpo compare --config NAME`). A name may exist in more than one namespace.
+also the warm-start policies a train preset names in `policy:`), `experiment`
+(`lmpo compare --config NAME`) and `rm` (`lmpo rm --config NAME`, also the reward
+models a train config names in `reward.model:`). A name may exist in more than one namespace.
 Anything that looks like a file (a `.yaml` suffix, a path separator, or an
 existing file) is a file. Each preset's first comment line is its description.
 """
@@ -16,7 +17,7 @@ from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 
 ROOT = Path(__file__).parent
-FOLDERS = {"train": "train", "sft": "sft", "experiment": "experiments"}
+FOLDERS = {"train": "train", "sft": "sft", "experiment": "experiments", "rm": "rm"}
 
 
 def preset_dir(kind: str) -> Path:

@@ -102,11 +102,13 @@ class Reward:
         self.binary = fn_spec in REWARD_FNS
 
     def score(self, problems: Sequence, completions: Sequence[str], *, where: str = "sample",
-              index: Sequence[int] | None = None) -> tuple[list[float | None], list[bool]]:
+              index: Sequence[int] | None = None, train: bool = False
+              ) -> tuple[list[float | None], list[bool]]:
         """(scores, exactly correct) per sample; a score of None means "no score".
 
         Any exception names the failing sample (`where` i, its prompt and completion); `index`
-        gives each sample's number in the caller's batch (default: its position here)."""
+        gives each sample's number in the caller's batch (default: its position here).
+        `train` marks the rollout's call (a reward model's running statistics use it)."""
         index = list(range(len(problems))) if index is None else list(index)
         if self.fn is None:
             scores, correct = [], []
@@ -154,6 +156,10 @@ class Reward:
             scores.append(value)
         correct = [s is not None and (s == 1.0 if self.binary else s >= 1.0) for s in scores]
         return scores, correct
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Metrics of the reward itself since the last call (a reward model logs its own)."""
+        return {}
 
     @staticmethod
     def _name_sample(exc, where, i, problem, completion, who) -> str:

@@ -37,7 +37,7 @@ def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[
     errors = 0
     try:
         got, ok = reward.score([problems[i] for i in live], [texts[i] for i in live],
-                               index=live)
+                               index=live, train=True)
         pairs = list(zip(got, ok, strict=True))
     except RewardError:
         if on_error != "zero":
@@ -45,7 +45,7 @@ def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[
         pairs = []
         for i in live:  # find the failing samples; they score 0
             try:
-                one, good = reward.score([problems[i]], [texts[i]], index=[i])
+                one, good = reward.score([problems[i]], [texts[i]], index=[i], train=True)
                 pairs.append((one[0], good[0]))
             except RewardError:
                 pairs.append((0.0, False))

@@ -81,7 +81,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     critic = ValueModel.from_policy(policy) if cfg.actor_critic else None  # before adapters
     policy, reference = prepare_policy(policy, cfg)
     task = get_task(cfg.task, cfg.task_params or None)
-    rt = Runtime.build(cfg, policy, tok, task)
+    rt = Runtime.build(cfg, policy, tok, task, progress=progress)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
     group = cfg.rollout.group_size
     state = RunState(
@@ -93,7 +93,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                         seed=cfg.seed, order=task.clusters),
         estimator=bound.estimator, critic=critic,
         critic_opt=torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None,
-        controller=bound.controller,
+        controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     if progress if verbose is None else verbose:
@@ -332,7 +332,7 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
         "response/length_mean": float(rollout.lengths.float().mean()),
         "data/scorer_errors": float(scorer_errors),
         "train/skipped_updates": float(state.counters.skipped), "lr": lr_at(step, cfg),
-    } | refill_metrics  # with a refill, reward/* cover every sample generated
+    } | refill_metrics | rt.reward.pop_metrics()  # with a refill, reward/* cover every sample
     if controller is not None:
         stopped = [i for i, r_ in enumerate(rollout.stop_reason) if r_ == "early_stop"]
         row |= stop_diag | {"espo/stopped": float(len(stopped)),

@@ -78,10 +78,17 @@ class Runtime:
     rollout_model: RolloutModel
 
     @classmethod
-    def build(cls, cfg, policy, tokenizer, task) -> Runtime:
+    def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
+        device = next(policy.parameters()).device
+        reward = build_reward(cfg.reward.fn, task)
+        if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
+            from lmpo.rewards.reward_model import ModelReward
+            from lmpo.trainer.warmstart import resolve_reward_model
+
+            reward = ModelReward(resolve_reward_model(cfg.reward.model, progress=progress),
+                                 reward, micro_batch_size=cfg.reward.micro_batch_size,
+                                 normalize=cfg.reward.normalize, device=device)
         return cls(tokenizer=tokenizer,
                    encode=PromptEncoder(tokenizer, cfg.prompt_format, cfg.system_prompt),
-                   stop_ids=stop_token_ids(policy, tokenizer),
-                   reward=build_reward(cfg.reward.fn, task),
-                   device=next(policy.parameters()).device,
+                   stop_ids=stop_token_ids(policy, tokenizer), reward=reward, device=device,
                    rollout_model=RolloutModel(policy, cfg.rollout.dtype))

@@ -31,12 +31,14 @@ class RunState:
     critic: torch.nn.Module | None = None
     critic_opt: torch.optim.Optimizer | None = None
     controller: Any = None  # lmpo.rollout.RolloutController or None
+    reward_norm: Any = None  # a reward model's running score moments (reward.normalize)
     rngs: dict[str, torch.Generator] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     step: int = 0
     before: dict | None = None  # the evaluation before training
 
-    _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller")
+    _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller",
+              "reward_norm")
 
     def state_dict(self) -> dict:
         parts = {name: getattr(self, name) for name in self._PARTS}
@@ -51,12 +53,12 @@ class RunState:
         self.step, self.before = state["step"], state["before"]
         self.counters = Counters(**state["counters"])
         for name in self._PARTS:
-            part = getattr(self, name)
-            if (part is None) != (state[name] is None):
-                raise ValueError(f"checkpoint {'has no' if state[name] is None else 'has a'} "
+            part, saved = getattr(self, name), state.get(name)  # older checkpoints lack parts
+            if (part is None) != (saved is None):
+                raise ValueError(f"checkpoint {'has no' if saved is None else 'has a'} "
                                  f"{name} state but this run {'has' if part else 'has none'}")
             if part is not None:
-                part.load_state_dict(state[name])
+                part.load_state_dict(saved)
         if set(state["rngs"]) != set(self.rngs):
             raise ValueError(f"checkpoint generators {sorted(state['rngs'])} differ from this "
                              f"run's {sorted(self.rngs)}")

@@ -49,7 +49,15 @@ class RewardConfig:
     fn: str = "task"
     """task (the task's own scorer) | exact | last_number | math_verify |
     path/to/file.py:function (TRL's shape: fn(prompts, completions, answers, **meta) ->
-    list[float | None]; None drops the sample, counted in data/reward_none)."""
+    list[float | None]; None drops the sample, counted in data/reward_none). With
+    `model`, this is the checker: it decides accuracy and its mean is logged beside the RM's."""
+    model: str | None = None
+    """A frozen Bradley-Terry reward model (a folder from `lmpo rm`, or an rm preset name,
+    trained once and cached) whose score is the reward; logs reward/rm_mean."""
+    normalize: bool = False
+    """With `model`: divide out the running mean and std of every score seen in training."""
+    micro_batch_size: int = 64
+    """With `model`: sequences per reward-model forward pass."""
 
 
 @dataclass
@@ -286,7 +294,8 @@ class TrainConfig:
                     "log.eval_max_new_tokens": lg.eval_max_new_tokens,
                     "log.eval_samples": lg.eval_samples,
                     "log.checkpoint_every": lg.checkpoint_every,
-                    "log.policy_kl_every": lg.policy_kl_every}
+                    "log.policy_kl_every": lg.policy_kl_every,
+                    "reward.micro_batch_size": self.reward.micro_batch_size}
         checks = [(v >= 1, f"{k} must be >= 1, got {v}") for k, v in positive.items()]
         checks += [
             (r.batch_size % max(r.group_size, 1) == 0,
@@ -344,6 +353,8 @@ class TrainConfig:
              f"lora needs r >= 0, alpha > 0 and 0 <= dropout < 1, got {self.lora}"),
             (r.old_logp in ("rollout", "recompute"),
              f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
+            (self.reward.model is not None or not self.reward.normalize,
+             "reward.normalize applies only with reward.model (a reward model's scores)"),
         ]
         for ok, msg in checks:
             if not ok:

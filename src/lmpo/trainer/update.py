@@ -103,8 +103,8 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
 def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int) -> dict:
     """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
     optimiser steps. Returns the metrics averaged over the applied updates (a _min or _max
-    metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after `cfg.max_nonfinite` consecutive
-    non-finite updates (each is skipped)."""
+    metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after
+    `cfg.max_nonfinite` consecutive non-finite updates (each is skipped)."""
     policy, critic, counters = state.policy, state.critic, state.counters
     sums: dict[str, float] = defaultdict(float)
     updates = 0

@@ -1,11 +1,13 @@
-"""Warm-start policies by name, built once per user and reused (`policy: nano-chain-sum`).
+"""Warm-start policies and reward models by name, built once per user and reused
+(`policy: nano-chain-sum`, `reward.model: nano-chain-sum-rm`).
 
 A name is an SFT preset (`lmpo presets`). The first use runs that SFT into the
 user cache, `$LMPO_HOME/policies/<name>-<lmpo version>/` (`LMPO_HOME` defaults to
 `~/.cache/lmpo`); later uses load it. Concurrent first uses (two runs of a sweep)
 build it once: the builder holds an exclusive file lock, writes into a temporary
 folder next to the entry and renames it into place, so no reader ever sees a
-half-written folder. A path to a Hugging Face folder is used as it is; a packaged
+half-written folder. An rm preset's model is cached the same way in
+`$LMPO_HOME/reward_models/`. A path to a Hugging Face folder is used as it is; a packaged
 real model's name (`smollm2-135m-instruct`) is converted once into
 `$LMPO_HOME/models/` (`lmpo.models.convert`).
 """
@@ -65,6 +67,29 @@ def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str,
         run_sft(cfg, progress=progress)
 
     return build_once(cache_entry(name), build)
+
+
+def resolve_reward_model(spec: str, *, progress: bool = True) -> Path:
+    """The reward-model folder `spec` names: a local Hugging Face folder, or the cached
+    (trained on first use) model of the rm preset `spec`."""
+    path = Path(spec).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    if presets.looks_like_file(spec) or path.exists() or presets.find(spec, "rm") is None:
+        raise ConfigError(f"reward.model {spec!r} is neither a Hugging Face folder (no "
+                          f"config.json there) nor an rm preset; rm presets: "
+                          f"{', '.join(presets.names('rm'))}")
+
+    def build(tmp: Path) -> None:
+        from lmpo.trainer.config import load_config
+        from lmpo.trainer.rm import RMConfig, run_rm
+
+        cfg = load_config(RMConfig, spec, [f"out={tmp}"])
+        print(f"lmpo: training the reward model {spec!r} on first use (cached in "
+              f"{tmp.parent})", flush=True)
+        run_rm(cfg, progress=progress)
+
+    return build_once(lmpo_home() / "reward_models" / f"{spec}-{__version__}", build)
 
 
 def build_once(final: Path, build) -> Path:
