@@ -5,7 +5,7 @@ same training and held-out pairs for both), the same token ids (lmpo encodes eac
 sequence once, prompt + completion + EOS, and TRL gets them pre-tokenised as
 `chosen_ids` / `rejected_ids`), the same trunk and head initialisation (the
 warm-started nano policy, head drawn from the same seed), the same loss (plain
-Bradley-Terry, no margin, no centring), batch 32 pairs, AdamW at a constant 1e-3,
+Bradley-Terry, no margin, no centring), batch 32 pairs, AdamW at the preset's constant lr (3e-4),
 no warm-up, gradient clipping at 1.0, dropout off. Held-out pair accuracy is
 measured for both by the same scoring function (equal to Hugging Face's forward to
 1e-5, tests/test_reward_model.py). Time per epoch: lmpo's measured around its own
