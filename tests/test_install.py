@@ -44,6 +44,7 @@ def test_namespaces_are_separate_and_every_preset_has_a_description():
             assert text and len(text) < 120, (kind, name, text)
     assert set(presets.names("train")) >= {"grpo", "base", "espo", "demo"}
     assert presets.names("sft") == ["nano-chain-sum", "nano-chain-sum-steps"]
+    assert presets.names("rm") == ["nano-chain-sum-rm"]
     assert read_yaml("base", "train")["policy"] == "nano-chain-sum"
 
 
@@ -51,7 +52,8 @@ def test_lmpo_presets_lists_them_with_descriptions(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     for s in ("train (lmpo train)", "cegppo", "CE-GPPO: gradient-preserving clipping",
-              "sft (lmpo sft / policy:)", "nano-chain-sum", "experiment (lmpo compare)"):
+              "sft (lmpo sft / policy:)", "nano-chain-sum", "experiment (lmpo compare)",
+              "rm (lmpo rm / reward.model:)", "nano-chain-sum-rm"):
         assert s in out, s
 
 
