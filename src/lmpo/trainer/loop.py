@@ -262,8 +262,8 @@ def train_step(step: int, cfg: TrainConfig, state: RunState, bound: Bound, task,
     resp_ids, resp_mask = rollout.response_ids.to(dev), rollout.response_mask.to(dev)
     old_logp = rollout.logp.to(dev)
     b, t = resp_ids.shape
-    pre_update = old_logp  # the policy's own (float32) log-probs before this step's update
     diagnose = (step - 1) % cfg.log.policy_kl_every == 0
+    pre_update = None  # the float32 policy's log-probs before this step's update
     if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32" or diagnose:
         with torch.no_grad():
             recomputed, _ = forward_logprobs(policy, ids, mask, resp_ids,
