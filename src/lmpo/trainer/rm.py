@@ -117,12 +117,14 @@ def make_pairs(cfg: RMConfig) -> tuple[list[Pair], list[Pair], dict]:
                                           + (i < cfg.problems % len(tiers)), rng, exclude,
                                           cluster=tier)]
     problems = list({p.prompt: p for p in problems}.values())
-    samples = policy_samples(cfg, task, problems) if cfg.sample_policy and cfg.samples else {}
+    sampled = bool(cfg.sample_policy and cfg.samples)
+    samples = policy_samples(cfg, task, problems) if sampled else {}
     pairs = builtin_pairs(task, problems, per_problem=cfg.pairs_per_problem, seed=cfg.seed,
                           samples=samples)
     train, held = split_by_prompt(pairs, cfg.heldout_frac, cfg.seed)
     return train, held, {"source": f"builtin:{cfg.task}", "problems": len(problems),
-                         "sample_policy": cfg.sample_policy, "samples": cfg.samples}
+                         "sample_policy": cfg.sample_policy if sampled else None,
+                         "samples": cfg.samples if sampled else 0}
 
 
 def policy_samples(cfg: RMConfig, task, problems) -> dict[str, list[str]]:
