@@ -73,7 +73,7 @@ def test_running_moments_equal_the_moments_of_everything_seen(batches):
     for b in batches:
         rm.update(torch.tensor(b, dtype=D))
     flat = torch.tensor([x for b in batches for x in b], dtype=D)
-    assert rm.count == flat.numel()
+    assert rm.n == flat.numel()
     if flat.numel():
         assert rm.mean == pytest.approx(float(flat.mean()), rel=1e-9, abs=1e-9)
     if flat.numel() > 1:

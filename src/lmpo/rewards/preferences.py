@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from lmpo.tasks import ANSWER_MARK, DataError, Problem
+from lmpo.tasks.jsonl import jsonl_objects
 
 LENGTH_SCALE = 64  # characters: the length at which a correct answer's brevity bonus is 0
 
@@ -44,30 +45,17 @@ def load_pairs(path: str | Path) -> list[Pair]:
     if not path.is_file():
         raise DataError(f"{path}: no such pairs file")
     pairs = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            missing = [k for k in ("prompt", "chosen", "rejected") if k not in obj]
-            if missing:
-                raise DataError(f"{where}: missing required field(s) {missing}")
-            for key in ("prompt", "chosen", "rejected"):
-                if not isinstance(obj[key], str):
-                    raise DataError(f"{where}: field {key!r} must be a string, got "
-                                    f"{type(obj[key]).__name__}")
-            margin = obj.get("margin")
-            if margin is not None and (isinstance(margin, bool)
-                                       or not isinstance(margin, int | float)):
-                raise DataError(f"{where}: field 'margin' must be a number, got {margin!r}")
-            pairs.append(Pair(obj["prompt"], obj["chosen"], obj["rejected"],
-                              None if margin is None else float(margin)))
+    for where, obj in jsonl_objects(path, ("prompt", "chosen", "rejected")):
+        for key in ("prompt", "chosen", "rejected"):
+            if not isinstance(obj[key], str):
+                raise DataError(f"{where}: field {key!r} must be a string, got "
+                                f"{type(obj[key]).__name__}")
+        margin = obj.get("margin")
+        if margin is not None and (isinstance(margin, bool)
+                                   or not isinstance(margin, int | float)):
+            raise DataError(f"{where}: field 'margin' must be a number, got {margin!r}")
+        pairs.append(Pair(obj["prompt"], obj["chosen"], obj["rejected"],
+                          None if margin is None else float(margin)))
     if not pairs:
         raise DataError(f"{path}: no pairs (the file is empty)")
     return pairs

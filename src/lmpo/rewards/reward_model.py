@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from lmpo.advantages import Welford
 from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder
 
@@ -80,6 +82,17 @@ def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right"
     return ids, mask
 
 
+@torch.no_grad()
+def score_batches(model, seqs: list[list[int]], pad_id: int, batch_size: int,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+    """[N] scores of token sequences, `batch_size` at a time, on the CPU."""
+    out = []
+    for i in range(0, len(seqs), batch_size):
+        ids, mask = pad_batch(seqs[i:i + batch_size], pad_id)
+        out.append(sequence_scores(model, ids.to(device), mask.to(device)).cpu())
+    return torch.cat(out) if out else torch.zeros(0)
+
+
 def load_reward_model(path: str | Path):
     """(model, tokenizer, meta) of a reward-model folder, in eval mode and frozen."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -97,35 +110,19 @@ def load_reward_model(path: str | Path):
     return model.eval().requires_grad_(False), tokenizer, meta
 
 
-class RunningMoments:
-    """Mean and std of every score seen so far (batched Chan/Welford update), for the
-    running reward normalisation of RLHF PPO implementations. Checkpointed with the run."""
-
-    def __init__(self):
-        self.count, self.mean, self.m2 = 0, 0.0, 0.0
-
-    def update(self, x: torch.Tensor) -> None:
-        n = int(x.numel())
-        if n == 0:
-            return
-        x = x.double()
-        b_mean, b_m2 = float(x.mean()), float(((x - x.mean()) ** 2).sum())
-        total = self.count + n
-        delta = b_mean - self.mean
-        self.mean += delta * n / total
-        self.m2 += b_m2 + delta * delta * self.count * n / total
-        self.count = total
+class RunningMoments(Welford):
+    """EBPO's Welford accumulator over every training score, with the sample std (ddof 1)
+    that running reward normalisation divides by; checkpointed with the run."""
 
     @property
     def std(self) -> float:
-        return math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 1.0
+        return math.sqrt(self.m2 / (self.n - 1)) if self.n > 1 else 1.0
 
     def state_dict(self) -> dict:
-        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+        return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self.count, self.mean, self.m2 = int(state["count"]), float(state["mean"]), float(
-            state["m2"])
+        self.n, self.mean, self.m2 = (float(state[k]) for k in ("n", "mean", "m2"))
 
 
 class ModelReward:
@@ -146,14 +143,10 @@ class ModelReward:
         self.spec, self.task = f"reward model {path}", checker.task
         self._sums: dict[str, float] = {}
 
-    @torch.no_grad()
     def raw_scores(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
         seqs = [self.encode(p, c) for p, c in zip(prompts, completions, strict=True)]
-        out = []
-        for i in range(0, len(seqs), self.micro):
-            ids, mask = pad_batch(seqs[i:i + self.micro], self.tokenizer.pad_token_id)
-            out.append(sequence_scores(self.model, ids.to(self.device), mask.to(self.device)))
-        return torch.cat(out).cpu() if out else torch.zeros(0)
+        return score_batches(self.model, seqs, self.tokenizer.pad_token_id, self.micro,
+                             self.device)
 
     def score(self, problems, completions, *, where: str = "sample", index=None,
               train: bool = False) -> tuple[list[float], list[bool]]:

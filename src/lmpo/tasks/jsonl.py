@@ -15,11 +15,10 @@ class DataError(ValueError):
     """A malformed data line; the message names the file and the line number."""
 
 
-def load_jsonl(path: str | Path) -> list[Problem]:
-    """Every line becomes a Problem; any malformed line raises `DataError` naming
-    `file:line`. Blank lines are the only lines skipped."""
+def jsonl_objects(path: str | Path, required: tuple[str, ...]):
+    """(`file:line`, object) for every non-blank line of a JSONL file; a line that is not
+    a JSON object with the `required` fields raises `DataError` naming `file:line`."""
     path = Path(path)
-    problems = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -31,15 +30,23 @@ def load_jsonl(path: str | Path) -> list[Problem]:
                 raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            missing = [k for k in REQUIRED if k not in obj]
+            missing = [k for k in required if k not in obj]
             if missing:
                 raise DataError(f"{where}: missing required field(s) {missing}")
-            for key in ("prompt", "answer", "cluster"):
-                if key in obj and not isinstance(obj[key], str | int | float):
-                    raise DataError(f"{where}: field {key!r} must be a string or number")
-            problems.append(Problem(prompt=str(obj["prompt"]), answer=str(obj["answer"]).strip(),
-                                    cluster=str(obj.get("cluster", "default")),
-                                    meta={"source": where}))
+            yield where, obj
+
+
+def load_jsonl(path: str | Path) -> list[Problem]:
+    """Every line becomes a Problem; any malformed line raises `DataError` naming
+    `file:line`. Blank lines are the only lines skipped."""
+    problems = []
+    for where, obj in jsonl_objects(path, REQUIRED):
+        for key in ("prompt", "answer", "cluster"):
+            if key in obj and not isinstance(obj[key], str | int | float):
+                raise DataError(f"{where}: field {key!r} must be a string or number")
+        problems.append(Problem(prompt=str(obj["prompt"]), answer=str(obj["answer"]).strip(),
+                                cluster=str(obj.get("cluster", "default")),
+                                meta={"source": where}))
     if not problems:
         raise DataError(f"{path}: no problems (the file is empty)")
     return problems

@@ -29,6 +29,7 @@ from lmpo.rewards.reward_model import (
     TextEncoder,
     bt_loss,
     pad_batch,
+    score_batches,
     sequence_scores,
 )
 from lmpo.trainer.config import save_config
@@ -166,18 +167,13 @@ def load_trunk(cfg: RMConfig):
     return model, tok
 
 
-@torch.no_grad()
 def pair_scores(model, encode: TextEncoder, pairs: list[Pair], pad_id: int,
                 batch: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    chosen, rejected = [], []
-    for i in range(0, len(pairs), batch):
-        part = pairs[i:i + batch]
-        seqs = [encode(p.prompt, p.chosen) for p in part] + [encode(p.prompt, p.rejected)
-                                                             for p in part]
-        s = sequence_scores(model, *pad_batch(seqs, pad_id))
-        chosen.append(s[:len(part)])
-        rejected.append(s[len(part):])
-    return torch.cat(chosen), torch.cat(rejected)
+    """(chosen scores, rejected scores), `batch` pairs' worth of sequences at a time."""
+    seqs = [encode(p.prompt, p.chosen) for p in pairs] + [encode(p.prompt, p.rejected)
+                                                         for p in pairs]
+    scores = score_batches(model, seqs, pad_id, 2 * batch)
+    return scores[:len(pairs)], scores[len(pairs):]
 
 
 def evaluate_pairs(model, encode, pairs, pad_id) -> dict[str, float]:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from lmpo.registry import nearest
 from lmpo.trainer.config import ConfigError
+from lmpo.trainer.user_modules import import_user_modules
 
 PROMPT_FORMATS = ("auto", "raw", "chat")
 DEVICES = ("auto", "cpu", "cuda")
@@ -363,41 +364,6 @@ class TrainConfig:
 
         build_reward(self.reward.fn, None)  # an unknown name or a missing function fails now
         self.bind()
-
-
-def import_user_modules(specs: list[str]) -> list:
-    """Import each module (a dotted name, or a .py file relative to the working directory)
-    once and return them in order; errors name the entry."""
-    import importlib
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    modules = []
-    for spec in specs:
-        try:
-            if spec.endswith(".py"):
-                path = Path(spec).expanduser().resolve()
-                name = f"lmpo_user_{path.stem}_{abs(hash(str(path)))}"
-                if name in sys.modules:
-                    modules.append(sys.modules[name])
-                    continue
-                if not path.is_file():
-                    raise FileNotFoundError(f"{path} does not exist")
-                module_spec = importlib.util.spec_from_file_location(name, path)
-                module = importlib.util.module_from_spec(module_spec)
-                sys.modules[name] = module
-                try:
-                    module_spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[name]
-                    raise
-                modules.append(module)
-            else:
-                modules.append(importlib.import_module(spec))
-        except Exception as exc:
-            raise ConfigError(f"imports: {spec!r} failed: {type(exc).__name__}: {exc}") from None
-    return modules
 
 
 @dataclass

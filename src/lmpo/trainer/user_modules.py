@@ -1,0 +1,40 @@
+"""`imports:` and `reward.fn: file.py:function`: user code loaded by dotted name or file path."""
+
+from __future__ import annotations
+
+from lmpo.errors import ConfigError
+
+
+def import_user_modules(specs: list[str]) -> list:
+    """Import each module (a dotted name, or a .py file relative to the working directory)
+    once and return them in order; errors name the entry."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    modules = []
+    for spec in specs:
+        try:
+            if spec.endswith(".py"):
+                path = Path(spec).expanduser().resolve()
+                name = f"lmpo_user_{path.stem}_{abs(hash(str(path)))}"
+                if name in sys.modules:
+                    modules.append(sys.modules[name])
+                    continue
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path} does not exist")
+                module_spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[name] = module
+                try:
+                    module_spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+                modules.append(module)
+            else:
+                modules.append(importlib.import_module(spec))
+        except Exception as exc:
+            raise ConfigError(f"imports: {spec!r} failed: {type(exc).__name__}: {exc}") from None
+    return modules
