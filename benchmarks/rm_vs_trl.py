@@ -27,9 +27,9 @@ import time
 import torch
 from common import write_result
 
+from lmpo.config import load_config
+from lmpo.reward_model_training import RMConfig, evaluate_pairs, load_trunk, make_pairs, train_epoch
 from lmpo.rewards.reward_model import TextEncoder
-from lmpo.trainer.config import load_config
-from lmpo.trainer.rm import RMConfig, evaluate_pairs, load_trunk, make_pairs, train_epoch
 
 
 def run_lmpo(cfg, train, held) -> dict:

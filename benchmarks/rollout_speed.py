@@ -29,7 +29,7 @@ from common import write_result
 from lmpo.models import ValueModel, build_policy, build_tokenizer, load_policy, num_parameters
 from lmpo.rollout import IncrementalValues, sample
 from lmpo.tasks import get_task
-from lmpo.trainer.warmstart import resolve_policy
+from lmpo.warmstart import resolve_policy
 
 
 def hf_generate(model, tok, prompts, max_new, seed, fixed=False):

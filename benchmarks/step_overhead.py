@@ -25,15 +25,15 @@ from pathlib import Path
 import torch
 from common import write_result
 
+from lmpo.config import load_config
 from lmpo.models import load_policy
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
 from lmpo.trainer.batch import forward_logprobs
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.warmstart import resolve_policy
+from lmpo.warmstart import resolve_policy
 
 
 def bare_parts(policy_dir, cfg: TrainConfig, repeats: int, seed: int = 0) -> list[float]:

@@ -37,12 +37,13 @@ import torch
 from common import write_result
 
 import lmpo.trainer.loop as loop
+from lmpo.cache import lmpo_home
+from lmpo.config import load_config
 from lmpo.models import build_policy, build_tokenizer, load_policy, num_parameters, save_policy
 from lmpo.tasks import get_task
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.config import load_config
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.warmstart import lmpo_home, resolve_policy
+from lmpo.warmstart import resolve_policy
 
 BENCH_REWARD = Path(__file__).parent / "bench_reward.py"
 

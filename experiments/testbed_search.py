@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmpo.trainer.config import load_config
+from lmpo.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 

@@ -55,8 +55,8 @@ def tiny_rm_dir(tiny_policy_dir, tmp_path_factory):
 def sft_run(tmp_path_factory):
     """A nano policy warm-started on chain sums as the `nano-chain-sum` SFT preset does
     (800 steps, ~70 s): the testbed's starting point, shared by the SFT and RL tests."""
-    from lmpo.trainer.config import load_config
-    from lmpo.trainer.sft import SFTConfig, run_sft
+    from lmpo.config import load_config
+    from lmpo.sft import SFTConfig, run_sft
 
     out = tmp_path_factory.mktemp("sft") / "policy"
     cfg = load_config(SFTConfig, None, ["steps=800", "batch_size=64", "eval_per_tier=50",

@@ -63,7 +63,7 @@ def test_sampled_logp_equals_teacher_forced_pass(arch):
 def test_one_training_step_from_a_saved_folder(arch, tmp_path):
     import json
 
-    from lmpo.trainer.config import load_config
+    from lmpo.config import load_config
     from lmpo.trainer.loop import train
     from lmpo.trainer.train_config import TrainConfig
 

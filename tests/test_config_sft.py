@@ -7,8 +7,8 @@ import json
 import pytest
 
 from lmpo.cli import main
-from lmpo.trainer.config import ConfigError, load_config
-from lmpo.trainer.sft import SFTConfig
+from lmpo.config import ConfigError, load_config
+from lmpo.sft import SFTConfig
 
 
 def test_yaml_and_overrides(tmp_path):

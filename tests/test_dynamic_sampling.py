@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from lmpo.config import ConfigError, load_config
 from lmpo.rollout.types import Rollout
-from lmpo.trainer.config import ConfigError, load_config
 from lmpo.trainer.dynamic import Drawn, concat, refill, varied_groups
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import lmpo.trainer.evaluate as ev
+import lmpo.evaluate as ev
 from lmpo.tasks import Problem, get_task
 
 

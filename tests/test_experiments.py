@@ -332,8 +332,8 @@ def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, 
 
 
 def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
+    from lmpo.config import load_config, to_dict
     from lmpo.experiments.sweep import config_changes
-    from lmpo.trainer.config import load_config, to_dict
 
     cfg = load_config(TrainConfig, "dapo")
     old = to_dict(cfg)

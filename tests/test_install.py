@@ -12,10 +12,10 @@ import pytest
 
 from lmpo import presets
 from lmpo.cli import main
-from lmpo.trainer.config import ConfigError, load_config, read_yaml
-from lmpo.trainer.sft import SFTConfig
+from lmpo.config import ConfigError, load_config, read_yaml
+from lmpo.sft import SFTConfig
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.warmstart import cache_entry, resolve_policy
+from lmpo.warmstart import cache_entry, resolve_policy
 
 TINY_SFT = ("steps=20", "eval_per_tier=2", "max_new_tokens=4")
 
@@ -75,7 +75,7 @@ def test_concurrent_first_uses_build_the_cache_entry_once(tmp_path, monkeypatch)
     """Two processes ask for the same warm start at once: one builds it under the lock
     (into a temporary folder, renamed into place), the other waits and reuses it."""
     env = os.environ | {"LMPO_HOME": str(tmp_path / "home")}
-    code = ("from lmpo.trainer.warmstart import cached_policy; "
+    code = ("from lmpo.warmstart import cached_policy; "
             f"print('PATH', cached_policy('nano-chain-sum', progress=False, "
             f"sft_overrides={TINY_SFT!r}))")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,

@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from lmpo import presets
-from lmpo.trainer.config import ConfigError, load_config, read_yaml, to_dict
+from lmpo.config import ConfigError, flat_config, load_config, read_yaml
 from lmpo.trainer.loop import train
-from lmpo.trainer.resume import flatten
 from lmpo.trainer.train_config import TrainConfig
 
 PRESETS = presets.names("train")
@@ -44,11 +43,7 @@ METHOD_KEYS = {
 
 def resolved(name: str) -> dict:
     """The preset's resolved config, flattened to dotted keys (hyper-parameters too)."""
-    cfg = load_config(TrainConfig, name)
-    flat = flatten(to_dict(cfg))
-    flat |= {f"{section}.hparams.{k}": v for section in ("loss", "advantage")
-             for k, v in getattr(cfg, section).hparams.items()}
-    return {k: v for k, v in flat.items() if not k.endswith(".hparams")}
+    return flat_config(load_config(TrainConfig, name))
 
 
 def allowed(key: str, keys: set[str]) -> bool:

@@ -64,7 +64,7 @@ def test_sampled_logp_equals_teacher_forced_pass_with_chat_template(smollm2):
 
 
 def test_one_grpo_step_on_the_real_model(smollm2, tmp_path):
-    from lmpo.trainer.config import load_config
+    from lmpo.config import load_config
     from lmpo.trainer.loop import train
     from lmpo.trainer.train_config import TrainConfig
 

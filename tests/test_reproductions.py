@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from lmpo.config import merge
 from lmpo.experiments.results import load, readme_rows, rendered
 from lmpo.experiments.spec import arm_config, check_differs, load_experiment
-from lmpo.trainer.config import merge
 from lmpo.trainer.loop import train
 from tests.test_experiments import TINY_BASE
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmpo.faults import CRASH_EXIT_CODE
 from lmpo.trainer.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -22,7 +23,6 @@ from lmpo.trainer.checkpoint import (
     save_checkpoint,
     truncate_rows,
 )
-from lmpo.trainer.faults import CRASH_EXIT_CODE
 
 STEPS = 6
 

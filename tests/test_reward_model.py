@@ -11,7 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lmpo.config import load_config
 from lmpo.errors import ConfigError
+from lmpo.reward_model_training import RMConfig, run_rm
 from lmpo.rewards.preferences import (
     Pair,
     builtin_pairs,
@@ -29,8 +31,6 @@ from lmpo.rewards.reward_model import (
     sequence_scores,
 )
 from lmpo.tasks import DataError, get_task
-from lmpo.trainer.config import load_config
-from lmpo.trainer.rm import RMConfig, run_rm
 
 D = torch.float64
 

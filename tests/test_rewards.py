@@ -160,7 +160,7 @@ def test_none_scores_are_dropped_from_the_update_and_counted(tiny_policy_dir, tm
                                                              dropped):
     import json
 
-    from lmpo.trainer.config import load_config
+    from lmpo.config import load_config
     from lmpo.trainer.loop import train
     from lmpo.trainer.train_config import TrainConfig
 

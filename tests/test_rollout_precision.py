@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from lmpo.trainer.config import load_config
+from lmpo.config import load_config
 from lmpo.trainer.loop import train
 from lmpo.trainer.runtime import RolloutModel
 from lmpo.trainer.train_config import TrainConfig

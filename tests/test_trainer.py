@@ -11,7 +11,7 @@ import torch
 
 from lmpo import presets
 from lmpo.cli import main
-from lmpo.trainer.config import ConfigError, load_config
+from lmpo.config import ConfigError, load_config
 from lmpo.trainer.loop import NonFiniteError, train
 from lmpo.trainer.train_config import TrainConfig
 
@@ -137,7 +137,7 @@ def test_scorer_errors_raise_with_prompt_or_count_as_zero(tiny_policy_dir, tmp_p
     with pytest.raises(RuntimeError, match=r"checker exploded on held-out problem 0 "
                                            r"\(prompt '.*=', completion '.*'\)"):
         train(cfg, tmp_path / "a", progress=False)
-    from lmpo.trainer.evaluate import summarise
+    from lmpo.evaluate import summarise
 
     monkeypatch.setattr("lmpo.trainer.loop.evaluate", lambda *a, **k: summarise({}))
     with pytest.raises(RuntimeError, match=r"checker exploded on sample 0 \(prompt '.*=', "
@@ -154,9 +154,9 @@ def sampled_reward(policy_dir, n_prompts=256, samples=4, seed=123, cluster=None)
     """Mean task reward of temperature-1 samples on a fixed prompt set (low-noise probe)."""
     import random
 
+    from lmpo.evaluate import complete
     from lmpo.models import load_policy
     from lmpo.tasks import get_task
-    from lmpo.trainer.evaluate import complete
 
     model, tok = load_policy(policy_dir)
     task = get_task("chain_sum")

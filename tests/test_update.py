@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lmpo.config import load_config
 from lmpo.losses import get_loss
 from lmpo.models import ValueModel, build_policy, build_tokenizer
-from lmpo.trainer.config import load_config
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import TrainBatch, accumulate_gradients, update

@@ -156,9 +156,9 @@ def cmd_presets(args) -> int:
 def cmd_sft(args) -> int:
     from rich.console import Console
 
-    from lmpo.trainer.config import load_config
-    from lmpo.trainer.evaluate import accuracy_table
-    from lmpo.trainer.sft import SFTConfig, run_sft
+    from lmpo.config import load_config
+    from lmpo.evaluate import accuracy_table
+    from lmpo.sft import SFTConfig, run_sft
 
     overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
     cfg = load_config(SFTConfig, args.config, overrides)
@@ -174,8 +174,8 @@ def cmd_sft(args) -> int:
 def cmd_rm(args) -> int:
     from rich.console import Console
 
-    from lmpo.trainer.config import load_config
-    from lmpo.trainer.rm import RMConfig, run_rm
+    from lmpo.config import load_config
+    from lmpo.reward_model_training import RMConfig, run_rm
 
     overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
     cfg = load_config(RMConfig, args.config, overrides)
@@ -193,8 +193,8 @@ def cmd_rm(args) -> int:
 def cmd_train(args) -> int:
     from rich.console import Console
 
-    from lmpo.trainer.config import load_config
-    from lmpo.trainer.evaluate import accuracy_table
+    from lmpo.config import load_config
+    from lmpo.evaluate import accuracy_table
     from lmpo.trainer.loop import train
     from lmpo.trainer.train_config import TrainConfig
 
@@ -214,14 +214,14 @@ def cmd_eval(args) -> int:
     import torch
     from rich.console import Console
 
+    from lmpo.config import load_config
+    from lmpo.evaluate import accuracy_table, evaluate
     from lmpo.models import PromptEncoder, load_policy, stop_token_ids
     from lmpo.rewards import build_reward
     from lmpo.tasks import get_task
     from lmpo.tasks.heldout import heldout_split
-    from lmpo.trainer.config import load_config
-    from lmpo.trainer.evaluate import accuracy_table, evaluate
     from lmpo.trainer.train_config import TrainConfig
-    from lmpo.trainer.warmstart import resolve_policy
+    from lmpo.warmstart import resolve_policy
 
     torch.set_num_threads(2)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1

@@ -13,8 +13,9 @@ import torch
 
 from lmpo.advantages import ebpo, group  # noqa: F401  (registers)
 from lmpo.advantages.base import ADVANTAGES, Estimator, check_scores, group_stats
-from lmpo.advantages.ebpo import EBPO, Welford
+from lmpo.advantages.ebpo import EBPO
 from lmpo.advantages.gae import GAE, gae
+from lmpo.welford import Welford
 
 
 def get_advantage(name: str, **hparams) -> Estimator:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lmpo.experiments.diagnostics import method_diagnostics
+
 CURVES = ["reward/mean", "reward/accuracy", "policy/entropy", "kl/ref",
           "eval/accuracy_trained", "tokens/cumulative"]
 OPTIONAL_CURVES = ["reward/rm_mean", "reward/checker_mean", "eval/reward_mean"]  # if logged
@@ -99,8 +101,6 @@ def grid(data: dict, metrics: list[str], path: Path, x_metric: str | None = None
 
 def write_plots(data: dict, folder: Path) -> list[str]:
     """Write the PNGs into `folder`; returns their file names (relative to it)."""
-    from lmpo.experiments.report import method_diagnostics
-
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     logged = {k for r in data["runs"].values() for row in r["rows"] for k in row}

@@ -18,7 +18,10 @@ from pathlib import Path
 import yaml
 
 from lmpo import __version__
+from lmpo.config import flat_config
 from lmpo.errors import ConfigError
+from lmpo.evaluate import metrics_row
+from lmpo.experiments.diagnostics import method_diagnostics
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import (
     MIN_SEEDS,
@@ -29,8 +32,6 @@ from lmpo.experiments.stats import (
     summarize,
 )
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.evaluate import metrics_row
-from lmpo.trainer.resume import flatten
 
 STANDARD = [  # (label, metric, reduce)
     ("held-out accuracy, trained tiers", "eval/accuracy_trained", "final"),
@@ -48,29 +49,6 @@ COVERAGE_NOTE = ("95% bootstrap CIs resample the seeds, and with few seeds they 
                  "the true mean in 74% of 400 trials at n = 3, 82% at n = 5 and 92% at "
                  "n = 20 (tests/test_experiments.py). Read CIs from 3 seeds as a lower "
                  "bound on the uncertainty.")
-
-
-def method_diagnostics(cfg: dict) -> list[str]:
-    """The metrics that show an arm's own mechanism (registry metadata `diagnostics`)."""
-    from lmpo.advantages import advantage_meta
-    from lmpo.losses.registry import LOSSES
-    from lmpo.rollout import CONTROLLERS
-
-    keys = list(LOSSES.meta(cfg["loss"]["name"]).get("diagnostics", ()))
-    keys += advantage_meta(cfg["advantage"]["name"]).get("diagnostics", ())
-    espo = cfg.get("espo", {})
-    if espo.get("enabled"):
-        name = "random_stop" if espo.get("mode") == "random" else "espo"
-        keys += CONTROLLERS.meta(name).get("diagnostics", ())
-    return list(dict.fromkeys(keys))
-
-
-def _flat(cfg: dict) -> dict:
-    flat = flatten(cfg)
-    for section in ("loss", "advantage"):
-        for k, v in (cfg.get(section, {}).get("hparams") or {}).items():
-            flat[f"{section}.hparams.{k}"] = v
-    return {k: v for k, v in flat.items() if not k.endswith(".hparams")}
 
 
 def git_commit() -> str:
@@ -185,7 +163,7 @@ def differences(data: dict) -> dict[str, dict[str, object]]:
     flats = {}
     for (arm, _), run in data["runs"].items():
         if run["config"] is not None and arm not in flats:
-            flats[arm] = _flat(run["config"])
+            flats[arm] = flat_config(run["config"])
     keys = sorted({k for f in flats.values() for k in f} - {"seed", "threads"})
     return {k: {a: f.get(k, "<unset>") for a, f in flats.items()} for k in keys
             if len({repr(f.get(k, "<unset>")) for f in flats.values()}) > 1}

@@ -27,9 +27,8 @@ from pathlib import Path
 import yaml
 
 from lmpo import presets
+from lmpo.config import build, flat_config, merge, read_yaml
 from lmpo.errors import ConfigError
-from lmpo.trainer.config import build, merge, read_yaml, to_dict
-from lmpo.trainer.resume import flatten
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
@@ -152,14 +151,6 @@ def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = No
         return build(TrainConfig, arm_data(exp, arm, seed, threads=threads))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-
-
-def flat_config(cfg: TrainConfig) -> dict:
-    """Dotted keys of a resolved config, hyper-parameters included."""
-    flat = flatten(to_dict(cfg))
-    flat |= {f"{s}.hparams.{k}": v for s in ("loss", "advantage")
-             for k, v in getattr(cfg, s).hparams.items()}
-    return {k: v for k, v in flat.items() if not k.endswith(".hparams")}
 
 
 def covered(key: str, prefixes: list[str]) -> bool:

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import yaml
 
+from lmpo.config import save_config
 from lmpo.errors import ConfigError
 from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.config import save_config
 
 
 @dataclass
@@ -112,8 +112,8 @@ def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
 def config_changes(run_dir: Path, cfg) -> str:
     """'' if the run in `run_dir` ran `cfg` (up to keys a resume may change, and keys a
     newer lmpo added at their default), else the keys that differ."""
-    from lmpo.trainer.config import to_dict
-    from lmpo.trainer.resume import config_diff, flatten
+    from lmpo.config import flatten, to_dict
+    from lmpo.trainer.resume import config_diff
 
     saved = run_dir / "config.yaml"
     if not saved.exists():

@@ -54,7 +54,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 def real_model(name: str) -> Path:
     """The converted folder of packaged model `name`, built on first use."""
-    from lmpo.trainer.warmstart import build_once, lmpo_home
+    from lmpo.cache import build_once, lmpo_home
 
     source = gguf_path(name)
 

@@ -75,7 +75,7 @@ BUILTIN = ("task", *REWARD_FNS)
 
 def load_user_fn(spec: str) -> Callable:
     """`path/to/file.py:function` -> the function (the file is imported once)."""
-    from lmpo.trainer.user_modules import import_user_modules
+    from lmpo.user_modules import import_user_modules
 
     path, _, name = spec.rpartition(":")
     if not path.endswith(".py") or not name:

@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmpo.advantages import Welford
 from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder
+from lmpo.welford import Welford
 
 META_FILE = "lmpo_rm.json"
 

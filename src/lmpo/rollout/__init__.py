@@ -8,9 +8,10 @@ from lmpo.rollout.controller import (
     build_controller,
 )
 from lmpo.rollout.espo import ESPO
-from lmpo.rollout.sampler import left_pad, sample
+from lmpo.rollout.sampler import left_pad, sample, sampling_mode
 from lmpo.rollout.types import STOP_REASONS, Rollout
 from lmpo.rollout.values import IncrementalValues
 
 __all__ = ["CONTROLLERS", "ESPO", "STOP_REASONS", "IncrementalValues", "RandomStop", "Rollout",
-           "RolloutController", "build_controller", "left_pad", "sample"]
+           "RolloutController", "build_controller", "left_pad", "sample",
+           "sampling_mode"]

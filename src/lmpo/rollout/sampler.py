@@ -8,6 +8,7 @@ removed), so they stop costing compute.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Sequence
@@ -17,6 +18,17 @@ import torch
 from lmpo.masked import position_ids
 from lmpo.rollout import fast_llama
 from lmpo.rollout.types import Rollout
+
+
+@contextlib.contextmanager
+def sampling_mode(model):
+    """Sample in eval mode (no dropout), then restore the model's previous mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from lmpo.logprobs import logprobs_and_entropy
@@ -11,17 +9,6 @@ from lmpo.masked import position_ids
 from lmpo.rewards import Reward, RewardError
 from lmpo.rollout import Rollout, sample
 from lmpo.trainer.prefix import shared_prefix_logits
-
-
-@contextlib.contextmanager
-def sampling_mode(model):
-    """Sample in eval mode (no dropout), then restore the model's previous mode."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from lmpo.trainer.faults import crash_point
+from lmpo.faults import crash_point
 
 PLAIN = (str, int, float, bool, type(None), torch.Tensor)
 CKPT = re.compile(r"^ckpt-(\d{6,})\.pt$")

@@ -17,11 +17,14 @@ from pathlib import Path
 import torch
 
 from lmpo.advantages import nonzero_variance_groups
+from lmpo.config import ConfigError, save_config
+from lmpo.evaluate import evaluate, metrics_row, result_from_row
+from lmpo.faults import CRASH_ENV, crash_point, parse_crash_spec
 from lmpo.losses import OR_MARGIN, displacement_metrics, loss_hparams
 from lmpo.masked import masked_mean
 from lmpo.models import ValueModel, load_policy, save_policy
 from lmpo.models.adapters import merged_copy
-from lmpo.rollout import IncrementalValues, sample
+from lmpo.rollout import IncrementalValues, sample, sampling_mode
 from lmpo.tasks import Sampler, get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
 from lmpo.trainer.batch import (
@@ -29,7 +32,6 @@ from lmpo.trainer.batch import (
     explained_variance,
     finish_stopped,
     forward_logprobs,
-    sampling_mode,
     score_rollout,
 )
 from lmpo.trainer.checkpoint import (
@@ -40,16 +42,13 @@ from lmpo.trainer.checkpoint import (
     save_checkpoint,
     truncate_rows,
 )
-from lmpo.trainer.config import ConfigError, save_config
 from lmpo.trainer.dynamic import Drawn, refill
-from lmpo.trainer.evaluate import evaluate, metrics_row, result_from_row
-from lmpo.trainer.faults import CRASH_ENV, crash_point, parse_crash_spec
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
 from lmpo.trainer.update import NonFiniteError, TrainBatch, update
-from lmpo.trainer.warmstart import resolve_policy
+from lmpo.warmstart import resolve_policy
 
 __all__ = ["NonFiniteError", "train", "train_step", "training_pool"]
 

@@ -10,20 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from lmpo.trainer.config import ConfigError, to_dict
+from lmpo.config import ConfigError, flatten, to_dict
 
 EXEMPT = ("steps", "threads", "log")
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and k != "hparams":
-            out |= flatten(v, key + ".")
-        else:
-            out[key] = v
-    return out
 
 
 def config_diff(old: dict, new: dict) -> list[str]:

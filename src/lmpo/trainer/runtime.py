@@ -82,8 +82,8 @@ class Runtime:
         device = next(policy.parameters()).device
         reward = build_reward(cfg.reward.fn, task)
         if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
+            from lmpo.reward_model_training import resolve_reward_model
             from lmpo.rewards.reward_model import ModelReward
-            from lmpo.trainer.warmstart import resolve_reward_model
 
             reward = ModelReward(resolve_reward_model(cfg.reward.model, progress=progress),
                                  reward, micro_batch_size=cfg.reward.micro_batch_size,

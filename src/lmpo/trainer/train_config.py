@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from lmpo.config import ConfigError
 from lmpo.registry import nearest
-from lmpo.trainer.config import ConfigError
-from lmpo.trainer.user_modules import import_user_modules
+from lmpo.user_modules import import_user_modules
 
 PROMPT_FORMATS = ("auto", "raw", "chat")
 DEVICES = ("auto", "cpu", "cuda")
@@ -210,7 +210,7 @@ class TrainConfig:
     and every tensor they see live."""
     policy: str = "nano-chain-sum"
     """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
-    warm-started on first use, then reused from the user cache: `lmpo.trainer.warmstart`)."""
+    warm-started on first use, then reused from the user cache: `lmpo.warmstart`)."""
     steps: int = 40
     seed: int = 0
     threads: int = 2

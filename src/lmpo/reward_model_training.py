@@ -8,6 +8,9 @@ or `builtin`: pairs from a built-in task under its hidden true preference
 with a policy's samples among the candidates. Held-out pairs come from problems no
 training pair uses. Writes a plain HF folder plus `lmpo_rm.json`, `metrics.jsonl`,
 `eval.json` and the pairs it trained and evaluated on.
+
+`reward.model: NAME` in a train config names an rm preset: `resolve_reward_model` trains
+it once into the user cache, `$LMPO_HOME/reward_models/` (`lmpo.cache`), and reuses it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from typing import ClassVar
 
 import torch
 
+from lmpo import __version__, presets
+from lmpo.cache import build_once, lmpo_home
+from lmpo.config import save_config
 from lmpo.errors import ConfigError
 from lmpo.rewards.preferences import Pair, builtin_pairs, load_pairs, write_pairs
 from lmpo.rewards.reward_model import (
@@ -32,7 +38,6 @@ from lmpo.rewards.reward_model import (
     score_batches,
     sequence_scores,
 )
-from lmpo.trainer.config import save_config
 
 
 @dataclass
@@ -129,9 +134,9 @@ def make_pairs(cfg: RMConfig) -> tuple[list[Pair], list[Pair], dict]:
 
 
 def policy_samples(cfg: RMConfig, task, problems) -> dict[str, list[str]]:
+    from lmpo.evaluate import complete
     from lmpo.models import PromptEncoder, load_policy, stop_token_ids
-    from lmpo.trainer.evaluate import complete
-    from lmpo.trainer.warmstart import resolve_policy
+    from lmpo.warmstart import resolve_policy
 
     policy, tok = load_policy(resolve_policy(cfg.sample_policy))
     policy.eval()
@@ -150,7 +155,7 @@ def load_trunk(cfg: RMConfig):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from lmpo.trainer.warmstart import resolve_policy
+    from lmpo.warmstart import resolve_policy
 
     path = resolve_policy(cfg.trunk)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -264,3 +269,25 @@ def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
                "seconds_data": t_data, "seconds": time.perf_counter() - t0}
     (out / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def resolve_reward_model(spec: str, *, progress: bool = True) -> Path:
+    """The reward-model folder `spec` names: a local Hugging Face folder, or the cached
+    (trained on first use) model of the rm preset `spec`."""
+    path = Path(spec).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    if presets.looks_like_file(spec) or path.exists() or presets.find(spec, "rm") is None:
+        raise ConfigError(f"reward.model {spec!r} is neither a Hugging Face folder (no "
+                          f"config.json there) nor an rm preset; rm presets: "
+                          f"{', '.join(presets.names('rm'))}")
+
+    def build(tmp: Path) -> None:
+        from lmpo.config import load_config
+
+        cfg = load_config(RMConfig, spec, [f"out={tmp}"])
+        print(f"lmpo: training the reward model {spec!r} on first use (cached in "
+              f"{tmp.parent})", flush=True)
+        run_rm(cfg, progress=progress)
+
+    return build_once(lmpo_home() / "reward_models" / f"{spec}-{__version__}", build)

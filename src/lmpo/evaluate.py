@@ -18,8 +18,8 @@ import torch
 
 from lmpo.rewards import Reward
 from lmpo.rollout import sample
+from lmpo.rollout.sampler import sampling_mode
 from lmpo.tasks.base import Problem
-from lmpo.trainer.batch import sampling_mode
 
 EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
 

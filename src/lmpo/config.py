@@ -28,8 +28,8 @@ from lmpo import presets
 from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 
-__all__ = ["ConfigError", "apply_override", "build", "load_config", "merge", "read_yaml",
-           "save_config", "to_dict"]
+__all__ = ["ConfigError", "apply_override", "build", "flat_config", "flatten", "load_config",
+           "merge", "read_yaml", "save_config", "to_dict"]
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -176,3 +176,29 @@ def to_dict(cfg) -> dict:
 
 def save_config(cfg, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Dotted keys of a nested mapping; an `hparams` mapping stays one value."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and k != "hparams":
+            out |= flatten(v, key + ".")
+        else:
+            out[key] = v
+    return out
+
+
+def flat_config(cfg) -> dict:
+    """Dotted keys of a config (a dataclass or its mapping), each hyper-parameter of every
+    section's `hparams` a key of its own (`loss.hparams.beta1`)."""
+    data = to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+    out = {}
+    for key, value in flatten(data).items():
+        if key.endswith(".hparams"):
+            out |= {f"{key}.{k}": v for k, v in (value or {}).items()}
+        else:
+            out[key] = value
+    return out
+

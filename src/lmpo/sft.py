@@ -12,11 +12,11 @@ from typing import ClassVar
 
 import torch
 
+from lmpo.config import ConfigError, save_config
+from lmpo.evaluate import evaluate
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
 from lmpo.tasks import get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
-from lmpo.trainer.config import ConfigError, save_config
-from lmpo.trainer.evaluate import evaluate
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The RL training loop and its parts: `lmpo train`."""
