@@ -1,4 +1,4 @@
-"""EBPO as methods.md (Method 4) reads: statistics against numpy over everything seen,
+"""EBPO as docs/decisions.md ("EBPO") states it: statistics against numpy over everything seen,
 the all-fail property in the default config, the prior, per-cluster priors, decay,
 edge cases, round trips and a Monte Carlo check against the oracle shrinkage."""
 
@@ -18,7 +18,7 @@ D = torch.float64
 
 def reference(history, *, prior="global", decay=None, scale="global", eps=1e-6):
     """An independent numpy EBPO: every batch ever seen, weighted decay**age, then the
-    formulas of methods.md for the last batch. history: list of (scores, gids, clusters)."""
+    estimator's formulas for the last batch. history: list of (scores, gids, clusters)."""
     n_hist = len(history)
     w_r, r_all, c_r = [], [], []  # per reward: weight, value, cluster
     w_g, m_g, inv_g, c_g = [], [], [], []  # per group: weight, mean, 1/G, cluster

@@ -10,7 +10,7 @@ import torch
 
 from lmpo.config import ConfigError, load_config
 from lmpo.rollout.types import Rollout
-from lmpo.trainer.dynamic import Drawn, concat, refill, varied_groups
+from lmpo.trainer.filters import Drawn, concat, refill, varied_groups
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 
@@ -102,6 +102,7 @@ def test_a_refilled_dapo_step_trains_on_varied_groups(sft_run, tmp_path):
 def test_refill_needs_dynamic_sampling_in_the_group_family():
     with pytest.raises(ConfigError, match="max_gen_batches 3 refills"):
         load_config(TrainConfig, "grpo", ["rollout.max_gen_batches=3"])
-    with pytest.raises(ConfigError, match="max_gen_batches 3 refills"):
+    with pytest.raises(ConfigError, match="dynamic_sampling drops groups .* needs the group "
+                                          "family"):
         load_config(TrainConfig, "ppo_clip", ["rollout.max_gen_batches=3",
                                               "rollout.dynamic_sampling=true"])

@@ -163,9 +163,14 @@ def test_variant_f_errors_name_the_problem(tmp_path):
     bad.write_text('{"step": 1, "tokens/cumulative": 10}\n{"step": 2}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:2: not a metrics row"):
         RandomStop(reference=str(bad))
-    section = {"enabled": True, "mode": "random", "savings": 0.2, "beta": 3.0}
-    assert isinstance(build_controller(section, total_steps=10, seed=0), RandomStop)
-    assert build_controller({"enabled": False}, total_steps=10, seed=0) is None
+    assert isinstance(build_controller("random_stop", {"savings": 0.2}, total_steps=10, seed=0),
+                      RandomStop)
+    with pytest.raises(TypeError, match=r"unknown hyper-parameter\(s\) \['beta'\]"):
+        build_controller("random_stop", {"savings": 0.2, "beta": 3.0})
+    with pytest.raises(ValueError, match="set measure_false_positives=true"):
+        RandomStop(savings=0.2, measure_false_positives=False)
+    none = build_controller("none", total_steps=10, seed=0)
+    assert none.stop_score is None and not none.needs_values and none.state_dict() == {}
 
 
 def test_beta_is_fixed_unless_adaptive_is_asked_for():
@@ -246,8 +251,10 @@ def test_false_positive_diagnostic_finishes_stopped_copies(sft_run):
     import random
 
     from lmpo.models import load_policy
+    from lmpo.rewards import Reward
+    from lmpo.rollout import RolloutContext
+    from lmpo.rollout.controllers import finish_stopped
     from lmpo.tasks import get_task
-    from lmpo.trainer.batch import finish_stopped
 
     policy, tok = load_policy(sft_run[0])
     task = get_task("chain_sum")
@@ -260,8 +267,9 @@ def test_false_positive_diagnostic_finishes_stopped_copies(sft_run):
     r = sample(policy, prompts, stopper=stopper, **kw)
     stopped = [i for i, s in enumerate(r.stop_reason) if s == "early_stop"]
     assert len(stopped) >= 5
-    diag = finish_stopped(policy, tok, task, problems, r, max_new_tokens=12, temperature=0.0,
-                          seed=0)
+    diag = finish_stopped(RolloutContext(
+        policy=policy, tokenizer=tok, problems=problems, rollout=r, max_new_tokens=12,
+        temperature=0.0, seed=0, reward=Reward("task", task), eos_ids=[tok.eos_token_id]))
     texts = [tok.decode(full.response_ids[i, :int(full.lengths[i])], skip_special_tokens=True)
              for i in stopped]
     solved = [float(task.is_correct(problems[i], t)) for i, t in zip(stopped, texts, strict=True)]

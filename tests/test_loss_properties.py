@@ -1,4 +1,4 @@
-"""The properties methods.md asks each new loss to prove, one test each."""
+"""The properties each loss must prove (its docstring states the formula), one test each."""
 
 from __future__ import annotations
 

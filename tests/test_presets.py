@@ -1,5 +1,6 @@
 """Presets: `extends:` resolution, each method preset differs from its base only in what
-its method defines, and in each ratio preset the mechanism visibly acts."""
+its method defines (read from the registries), and each loss that declares a mechanism
+shows it acting in its preset."""
 
 from __future__ import annotations
 
@@ -9,36 +10,25 @@ import pytest
 import yaml
 
 from lmpo import presets
+from lmpo.advantages import advantage_meta, list_advantages
 from lmpo.config import ConfigError, flat_config, load_config, read_yaml
+from lmpo.losses import list_losses, loss_meta
+from lmpo.rollout import CONTROLLERS, list_controllers
+from lmpo.trainer.filters import FILTER_KEYS
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 
 PRESETS = presets.names("train")
-BASES = {"base", "base_ac", "real-demo"}  # settings of their own, not method presets
 
-# What each method defines (methods.md, "Presets, matched comparisons ..."); `x.*` is any
-# key under x. A preset differs from the one it extends in these keys and no others.
-METHOD_KEYS = {
-    "grpo": set(),
-    "ppo_clip": set(),
-    "dapo": {"loss.hparams.eps_high", "loss.agg", "rollout.dynamic_sampling",
-             "rollout.max_gen_batches"},
-    "dr_grpo": {"advantage.name", "loss.agg"},
-    "cegppo": {"loss.name", "loss.hparams.*", "loss.agg"},
-    "grpo_or": {"loss.name", "loss.hparams.*"},
-    "ppo_or": {"loss.name", "loss.hparams.*"},
-    "gspo": {"loss.name", "loss.hparams.*"},
-    "cispo": {"loss.name", "loss.hparams.*", "loss.agg"},
-    "dppo_tv": {"loss.name", "loss.hparams.*"},
-    "drpo": {"loss.name", "loss.hparams.*", "loss.agg", "advantage.name"},
-    "ebpo": {"advantage.name", "advantage.hparams.*"},
-    "reinforce": {"loss.name", "loss.hparams.*", "loss.agg", "advantage.name",
-                  "optim.minibatches"},  # no ratio: REINFORCE is on-policy by definition
-    "espo": {"espo.enabled", "espo.mode", "espo.warmup", "espo.r_fail", "espo.beta",
-             "espo.adapt_beta"},
-    "espo_adaptive": {"espo.adapt_beta", "espo.target_rate", "espo.beta_lr"},
-    "demo": set(),
-}
+
+def parent(name: str) -> str | None:
+    return yaml.safe_load(presets.find(name, "train").read_text()).get("extends")
+
+
+# settings of their own, not a method: the testbeds (no parent, or named base*)
+BASES = {n for n in PRESETS if parent(n) is None or n.startswith("base")}
+# a method preset configures its parts: these sections, and the batch filter's keys
+PART_SECTIONS = ("loss.", "advantage.", "controller.", *(k for k in FILTER_KEYS))
 
 
 def resolved(name: str) -> dict:
@@ -46,24 +36,53 @@ def resolved(name: str) -> dict:
     return flat_config(load_config(TrainConfig, name))
 
 
-def allowed(key: str, keys: set[str]) -> bool:
-    return key in keys or any(k.endswith(".*") and key.startswith(k[:-1]) for k in keys)
+def declared(cfg: TrainConfig) -> set[str]:
+    """Keys outside the parts' sections that the parts this config names declare they set
+    (registry metadata `preset_keys`)."""
+    return {*loss_meta(cfg.loss.name)["preset_keys"],
+            *advantage_meta(cfg.advantage.name)["preset_keys"],
+            *CONTROLLERS.meta(cfg.controller.name)["preset_keys"]}
 
 
-def test_every_preset_declares_what_its_method_defines():
-    assert set(PRESETS) - BASES == set(METHOD_KEYS)
+def test_there_are_method_presets_and_bases():
+    assert {"base", "base_ac", "real-demo"} <= BASES and len(set(PRESETS) - BASES) >= 10
 
 
-@pytest.mark.parametrize("name", sorted(METHOD_KEYS))
+def test_every_registered_part_has_a_preset():
+    """A loss, estimator or controller is its file, its preset and its test: the preset
+    is what `lmpo compare` arms and the mechanism tests start from."""
+    used = {"loss": set(), "advantage": set(), "controller": set()}
+    for name in PRESETS:
+        cfg = load_config(TrainConfig, name)
+        for part in used:
+            used[part].add(getattr(cfg, part).name)
+    assert set(list_losses()) <= used["loss"], set(list_losses()) - used["loss"]
+    assert set(list_advantages()) <= used["advantage"]
+    assert set(list_controllers()) <= used["controller"]
+
+
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - BASES))
 def test_a_method_preset_differs_from_its_base_only_in_its_method(name):
-    parent = yaml.safe_load(presets.find(name, "train").read_text())["extends"]
-    mine, theirs = resolved(name), resolved(parent)
+    """Only in the sections of the parts it configures (loss, estimator, controller, batch
+    filter) and in the keys those parts declare; never in the testbed (task, policy, batch,
+    lr, minibatching, KL, evaluation)."""
+    mine, theirs = resolved(name), resolved(parent(name))
     diff = {k for k in set(mine) | set(theirs)
             if mine.get(k, "<unset>") != theirs.get(k, "<unset>")}
-    extra = sorted(k for k in diff if not allowed(k, METHOD_KEYS[name]))
-    assert not extra, f"{name} differs from {parent} in keys its method does not define: " + \
-        ", ".join(f"{k}: {theirs.get(k, '<unset>')!r} -> {mine.get(k, '<unset>')!r}"
-                  for k in extra)
+    allowed = declared(load_config(TrainConfig, name))
+    extra = sorted(k for k in diff if not k.startswith(PART_SECTIONS) and k not in allowed)
+    assert not extra, f"{name} differs from {parent(name)} in keys its method does not " \
+        "declare: " + ", ".join(f"{k}: {theirs.get(k, '<unset>')!r} -> "
+                                f"{mine.get(k, '<unset>')!r}" for k in extra)
+
+
+def test_the_preset_rule_catches_a_testbed_change(tmp_path):
+    """The rule above is not vacuous: a loss preset that also changes the lr fails it."""
+    (tmp_path / "mine.yaml").write_text("extends: grpo\nloss: {name: cegppo}\n"
+                                        "optim: {lr: 1.0e-4}\n")
+    cfg = load_config(TrainConfig, str(tmp_path / "mine.yaml"))
+    diff = {k for k, v in flat_config(cfg).items() if resolved("grpo").get(k) != v}
+    assert {k for k in diff if not k.startswith(PART_SECTIONS)} - declared(cfg) == {"optim.lr"}
 
 
 def test_the_actor_critic_base_shares_the_group_testbed():
@@ -110,33 +129,38 @@ def test_extends_errors_are_clear(tmp_path):
 
 
 # ---------------------------------------------------------------- active mechanisms
-MECHANISMS = {
-    "cegppo": ["loss/clipfrac_low", "loss/clipfrac_high"],
-    "dapo": ["loss/clipfrac_low", "loss/clipfrac_high"],
-    "ppo_clip": ["loss/clipfrac_low", "loss/clipfrac_high"],
-    "grpo_or": ["loss/or/overshoot_frac"],
-    "ppo_or": ["loss/or/overshoot_frac"],
-    "dppo_tv": ["loss/dppo/masked_frac"],
-    "drpo": ["drpo |w - 1|"],
-}
+def mechanism_presets() -> dict[str, str]:
+    """{preset: loss} for every loss that declares `acts` (the metric its mechanism moves
+    in the first 20 steps), once per estimator family: the preset named like the loss if
+    there is one, else the first by name."""
+    chosen: dict[tuple[str, bool], str] = {}
+    for name in sorted(set(PRESETS) - BASES, key=lambda n: (n not in list_losses(), n)):
+        cfg = load_config(TrainConfig, name)
+        if loss_meta(cfg.loss.name)["acts"]:
+            chosen.setdefault((cfg.loss.name, cfg.actor_critic), name)
+    return {preset: loss for (loss, _), preset in chosen.items()}
+
+
+MECHANISMS = mechanism_presets()
+
+
+def test_every_loss_that_declares_a_mechanism_has_a_preset_that_shows_it():
+    declaring = {n for n in list_losses() if loss_meta(n)["acts"]}
+    assert declaring and declaring == set(MECHANISMS.values())
 
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_the_mechanism_acts_in_the_first_20_steps(name, sft_run, tmp_path):
-    """Each ratio preset, as configured (batch, G, minibatching), from the warm-started
-    nano policy: its own diagnostic is non-zero. With one on-policy update per batch
+    """Each such preset, as configured (batch, G, minibatching), from the warm-started nano
+    policy: its loss's `acts` metric exceeds its level. With one on-policy update per batch
     these were all 0 (the ratio is 1 up to float noise)."""
+    acts = loss_meta(MECHANISMS[name])["acts"]
     cfg = load_config(TrainConfig, name, [
         f"policy={sft_run[0]}", "steps=20", "log.eval_every=1000", "log.eval_per_tier=4",
         "log.tensorboard=false", "log.policy_kl_every=1000", "log.checkpoint_every=1000"])
     train(cfg, tmp_path / "run", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
-    for r in rows:
-        if "loss/drpo/weight_min" in r:
-            r["drpo |w - 1|"] = max(1 - r["loss/drpo/weight_min"], r["loss/drpo/weight_max"] - 1)
-    for key in MECHANISMS[name]:
-        values = [r.get(key, 0.0) for r in rows]
-        print(f"{name} {key}: step 20 {values[-1]:.4g}, mean over 20 steps "
-              f"{sum(values) / len(values):.4g}")
-        threshold = 1e-3 if key == "drpo |w - 1|" else 0.0
-        assert max(values) > threshold, (key, values)
+    values = [r.get(acts["metric"], 0.0) for r in rows]
+    print(f"{name} {acts['metric']}: step 20 {values[-1]:.4g}, mean over 20 steps "
+          f"{sum(values) / len(values):.4g}")
+    assert max(values) > acts["above"], (acts, values)

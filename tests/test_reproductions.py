@@ -26,16 +26,17 @@ EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
 PILOTS = sorted(p.stem for p in (ROOT / "experiments/pilots").glob("*.yaml"))
 REPORTS = sorted(p.parent.name for p in (ROOT / "experiments/results").glob("*/report.json"))
 
-# What each experiment's arms may differ in, key by key (spec/methods.md, "Matched pairs").
+# What each experiment's arms may differ in, key by key (docs/reproductions.md, matched arms).
+AC = {"advantage.hparams.gamma", "advantage.hparams.lam", "advantage.hparams.whiten"}
 MATCHED = {
     "cegppo": {"loss.name", "loss.agg", "loss.hparams.eps_high", "loss.hparams.beta1",
                "loss.hparams.beta2", "rollout.dynamic_sampling", "rollout.max_gen_batches"},
     "output_reset": {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
-                     "advantage.name", "kl.coef", "kl.kind", "kl.mode"},
+                     "advantage.name", "kl.coef", "kl.kind", "kl.mode"} | AC,
 }
-MATCHED["espo"] = {"espo.enabled", "espo.mode", "espo.beta", "espo.warmup", "espo.r_fail",
-                   "espo.savings"}
+MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
+    "mode", "beta", "warmup", "r_fail", "savings", "adapt_beta")}
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}

@@ -124,12 +124,16 @@ def reward(prompts, completions, answers, **meta):
     stops = ["eos", "early_stop", "eos", "length"]
     texts = ["ok", "stopped", "boom", "fine"]
     with pytest.raises(RewardError, match="bad sample on sample 2"):  # its index in the batch
-        score_rollout(reward, probs("1", "2", "3", "4"), texts, stops, r_fail=-1.0,
+        score_rollout(reward, probs("1", "2", "3", "4"), texts, stops, stop_score=-1.0,
                       on_error="raise")
     scores, correct, errors = score_rollout(reward, probs("1", "2", "3", "4"), texts, stops,
-                                            r_fail=-1.0, on_error="zero")
+                                            stop_score=-1.0, on_error="zero")
     assert scores == [1.0, -1.0, 0.0, 1.0] and errors == 1
     assert correct == [True, False, False, True]
+    # a controller whose stops are ordinary truncations: the stopped text is scored
+    scores, correct, _ = score_rollout(reward, probs("1", "2", "3", "4"), texts, stops,
+                                       stop_score=None, on_error="zero")
+    assert scores == [1.0, 1.0, 0.0, 1.0] and correct == [True, True, False, True]
 
 
 def test_math_verify_checks_equivalence():

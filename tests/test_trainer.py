@@ -74,15 +74,27 @@ def test_every_preset_loads_builds_and_runs_one_step(preset, tiny_policy_dir, tm
     ("cegppo", "loss.hparams={clip_ratio_c: 0.5}", "loss.hparams: clip_ratio_c must be > 1"),
     ("ebpo", "advantage.hparams={decay: 2}", "advantage: ebpo decay must be None or in (0, 1)"),
     ("ebpo", "advantage.hparams={prior: tier}", "advantage: ebpo prior must be one of"),
-    ("espo", "espo.mode=oracle", "espo: unknown ESPO mode 'oracle'"),
-    ("espo", "espo.beta=0", "espo: beta must be > 0"),
-    ("espo", "espo.mode=random", "espo: random stopping needs exactly one target"),
-    ("espo", "espo.reference=/nonexistent/run", "apply only to espo.mode=random"),
-    ("espo", ("espo.mode=random", "espo.reference=/nonexistent/run"),
-     "espo: reference run /nonexistent/run does not exist"),
-    ("espo", ("espo.mode=random", "espo.savings=0.2", "espo.measure_false_positives=false"),
-     "set espo.measure_false_positives=true"),
-    ("grpo", "espo.enabled=true", "espo.mode 'full' needs the critic"),
+    ("espo", "controller.hparams={mode: oracle}",
+     "controller: unknown ESPO mode 'oracle'"),
+    ("espo", "controller.hparams={beta: 0}", "controller: beta must be > 0"),
+    ("espo", "controller={name: random_stop}",
+     "controller: random stopping needs exactly one target"),
+    ("espo", "controller.hparams={reference: /nonexistent/run}",
+     "controller: rollout controller 'espo' got unknown hyper-parameter(s) ['reference']"),
+    ("espo", "controller={name: random_stop, hparams: {reference: /nonexistent/run}}",
+     "controller: reference run /nonexistent/run does not exist"),
+    ("espo", "controller={name: random_stop, hparams: {savings: 0.2, "
+             "measure_false_positives: false}}",
+     "set measure_false_positives=true"),
+    ("grpo", "controller.name=espo", "controller 'espo' (with these hparams) needs the critic"),
+    ("grpo", "controller.name=espx", "unknown controller 'espx' (did you mean 'espo'?)"),
+    ("grpo", "controller.hparams={seed: 3}", "come from the run (steps, seed)"),
+    ("grpo", "espo.beta=0.5", "config key 'espo' was replaced by `controller: {name, hparams}`"),
+    ("ppo_clip", "advantage.gamma=0.9", "'advantage.gamma' moved to advantage.hparams.gamma"),
+    ("grpo", "log.or_alpha=0.3", "'log.or_alpha' was replaced by log.diagnostics"),
+    ("grpo", "log.diagnostics={or_margn: {alpha: 0.3}}",
+     "log.diagnostics: unknown post-update diagnostic(s) ['or_margn']"),
+    ("ppo_clip", "rollout.dynamic_sampling=true", "needs the group family"),
 ])
 def test_bad_config_fails_before_any_work(preset, override, msg, tmp_path, capsys,
                                           tiny_policy_dir):
@@ -139,7 +151,7 @@ def test_scorer_errors_raise_with_prompt_or_count_as_zero(tiny_policy_dir, tmp_p
         train(cfg, tmp_path / "a", progress=False)
     from lmpo.evaluate import summarise
 
-    monkeypatch.setattr("lmpo.trainer.loop.evaluate", lambda *a, **k: summarise({}))
+    monkeypatch.setattr("lmpo.trainer.setup.evaluate", lambda *a, **k: summarise({}))
     with pytest.raises(RuntimeError, match=r"checker exploded on sample 0 \(prompt '.*=', "
                                            r"completion '.*'\)"):
         train(cfg, tmp_path / "b", progress=False)

@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "with PAPER in the first column")
 
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
+
+    me = sub.add_parser("methods", help="every registered loss, estimator and rollout "
+                                        "controller, with its source and presets")
+    me.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    me.add_argument("--readme", metavar="FILE",
+                    help="rewrite the methods table between FILE's markers (README.md)")
     return parser
 
 
@@ -150,6 +156,29 @@ def cmd_presets(args) -> int:
             table.add_row(f"{kind} ({command})", "-", "none yet")
         table.add_section()
     Console(width=max(120, Console().width)).print(table)
+    return 0
+
+
+def cmd_methods(args) -> int:
+    from lmpo import methods
+
+    if args.readme:
+        changed = methods.rewrite_readme(args.readme)
+        print(f"{args.readme}: methods table {'rewritten' if changed else 'already current'}")
+        return 0
+    if args.markdown:
+        print(methods.markdown())
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lmpo methods (`kind` is the config section that names it)")
+    for col in ("kind", "name", "method", "source", "what it does", "presets"):
+        table.add_column(col)
+    for r in methods.rows():
+        table.add_row(r["kind"], r["name"], r["title"], r["source"], r["summary"],
+                      ", ".join(r["presets"]) or "-")
+    Console(width=max(140, Console().width)).print(table)
     return 0
 
 
@@ -220,6 +249,7 @@ def cmd_eval(args) -> int:
     from lmpo.rewards import build_reward
     from lmpo.tasks import get_task
     from lmpo.tasks.heldout import heldout_split
+    from lmpo.trainer.resume import load_run_config
     from lmpo.trainer.train_config import TrainConfig
     from lmpo.warmstart import resolve_policy
 
@@ -230,7 +260,7 @@ def cmd_eval(args) -> int:
         run_cfg = Path(args.run) / "config.yaml" if args.run else args.config
         if args.run and not run_cfg.exists():
             raise FileNotFoundError(f"{args.run} is not a run directory (no config.yaml)")
-        cfg = load_config(TrainConfig, run_cfg)
+        cfg = load_run_config(run_cfg) if args.run else load_config(TrainConfig, run_cfg)
         task_name, per_tier = cfg.task, cfg.log.eval_per_tier
         max_new, trained = cfg.log.eval_max_new_tokens, cfg.rollout.clusters
         temp, samples = cfg.log.eval_temperature, cfg.log.eval_samples
@@ -261,7 +291,8 @@ def cmd_eval(args) -> int:
 
 
 COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
-            "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets}
+            "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets,
+            "methods": cmd_methods}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,15 +72,23 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def unknown_key(cls, key: str, where: str, types_: dict) -> ConfigError:
+    """The error for `key`, unknown in `cls`: a replaced key says what replaced it."""
+    replaced = getattr(cls, "replaced_keys", {}).get(key)
+    if replaced:
+        return ConfigError(f"config key {where!r} {replaced}")
+    return ConfigError(f"unknown config key {where!r}{nearest(key, list(types_))}; valid keys "
+                       f"under {where.rpartition('.')[0] or 'the top level'}: "
+                       f"{', '.join(types_)}")
+
+
 def build(cls, data: dict | None, prefix: str = ""):
     """Instantiate dataclass `cls` from a (nested) mapping, rejecting unknown keys."""
     data = data or {}
     types_ = _field_types(cls)
     for key in data:
         if key not in types_:
-            raise ConfigError(f"unknown config key {prefix + key!r}"
-                              f"{nearest(key, list(types_))}; valid keys under "
-                              f"{prefix.rstrip('.') or 'the top level'}: {', '.join(types_)}")
+            raise unknown_key(cls, key, prefix + key, types_)
     kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
     obj = cls(**kwargs)
     if hasattr(obj, "validate"):
@@ -98,9 +106,7 @@ def apply_override(data: dict, assignment: str, cls) -> None:
     for i, key in enumerate(keys):
         types_ = _field_types(tp) if dataclasses.is_dataclass(tp) else None
         if types_ is not None and key not in types_:
-            where = ".".join(keys[:i + 1])
-            raise ConfigError(f"unknown config key {where!r}{nearest(key, list(types_))}; "
-                              f"valid keys: {', '.join(types_)}")
+            raise unknown_key(tp, key, ".".join(keys[:i + 1]), types_)
         if i == len(keys) - 1:
             node[key] = yaml.safe_load(raw) if raw.strip() else ""
         else:

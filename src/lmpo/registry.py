@@ -31,8 +31,9 @@ class Registry:
     hyper-parameters raise `TypeError` listing the valid ones.
     """
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, defaults: dict[str, Any] | None = None):
         self.kind = kind
+        self.defaults = dict(defaults or {})  # metadata every entry has unless it says otherwise
         self._entries: dict[str, Callable[..., Any]] = {}
         self._meta: dict[str, dict[str, Any]] = {}
         self._hparams: dict[str, dict[str, Any]] = {}
@@ -71,8 +72,9 @@ class Registry:
         return dict(self._hparams[name])
 
     def meta(self, name: str) -> dict[str, Any]:
+        """The entry's registration metadata over the registry's defaults."""
         self._lookup(name)
-        return dict(self._meta[name])
+        return self.defaults | self._meta[name]
 
     def check_hparams(self, name: str, hparams: dict[str, Any]) -> None:
         valid = self.hparams(name)

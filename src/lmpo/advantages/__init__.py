@@ -9,13 +9,18 @@ instead: `adv, returns, metrics = get_advantage("gae")(rewards, values, mask)`.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import torch
 
-from lmpo.advantages import ebpo, group  # noqa: F401  (registers)
 from lmpo.advantages.base import ADVANTAGES, Estimator, check_scores, group_stats
 from lmpo.advantages.ebpo import EBPO
 from lmpo.advantages.gae import GAE, gae
 from lmpo.welford import Welford
+
+for _module in pkgutil.iter_modules(__path__):  # every estimator file registers itself
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def get_advantage(name: str, **hparams) -> Estimator:
@@ -35,7 +40,7 @@ def advantage_meta(name: str) -> dict:
     """Registry metadata: `needs_critic` (the actor-critic family: GAE) and
     `wants_clusters` (the estimator uses the samples' clusters, e.g. EBPO's per-cluster
     prior). The trainer asks these, never the name."""
-    return {"needs_critic": False, "wants_clusters": False} | ADVANTAGES.meta(name)
+    return ADVANTAGES.meta(name)
 
 
 def group_estimators() -> list[str]:

@@ -8,7 +8,10 @@ import torch
 
 from lmpo.registry import Registry
 
-ADVANTAGES = Registry("advantage estimator")
+DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it names none
+ADVANTAGES = Registry("advantage estimator", defaults={
+    "needs_critic": False, "wants_clusters": False, "diagnostics": (), "engagement": None,
+    "preset_keys": (), "title": "", "source": "", "summary": ""})
 
 
 def check_scores(scores: torch.Tensor, group_ids: torch.Tensor) -> None:

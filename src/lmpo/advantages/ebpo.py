@@ -67,7 +67,10 @@ class Prior:
 
 @ADVANTAGES.register("ebpo", wants_clusters=True,
                      diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
-                                  "grad/norm"))
+                                  "grad/norm"),
+                     title="EBPO", source="arXiv 2602.05165",
+                     summary="empirical-Bayes shrinkage of each group's baseline toward the "
+                             "running mean (pooled within-group variance, global scale)")
 class EBPO(Estimator):
     """Empirical-Bayes baseline (see the module docstring); stateful, checkpointable."""
 

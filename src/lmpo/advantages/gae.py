@@ -39,7 +39,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
     return adv, (adv + values) * m
 
 
-@ADVANTAGES.register("gae", needs_critic=True)
+@ADVANTAGES.register("gae", needs_critic=True, title="GAE (actor-critic PPO)",
+                     source="arXiv 1506.02438",
+                     summary="generalised advantage estimation from a learned critic")
 class GAE:
     """The actor-critic family's estimator (registry entry `gae`, `needs_critic=True`):
 

@@ -9,7 +9,8 @@ from lmpo.advantages.base import ADVANTAGES, Estimator, Groups, batch_std
 SCALES = ("group", "batch", "none")
 
 
-@ADVANTAGES.register("grpo")
+@ADVANTAGES.register("grpo", title="GRPO", source="arXiv 2402.03300",
+                     summary="group-relative advantages, std-scaled per group (or batch)")
 class GRPO(Estimator):
     """A = (s - group_mean) / (std + eps); std of the group ("group", GRPO), of all
     scores in the batch ("batch") or no division ("none", Dr. GRPO).
@@ -33,7 +34,8 @@ class GRPO(Estimator):
         return torch.where(denom > 0, centred / denom.clamp(min=1e-300), torch.zeros_like(centred))
 
 
-@ADVANTAGES.register("dr_grpo")
+@ADVANTAGES.register("dr_grpo", title="Dr. GRPO", source="arXiv 2503.20783",
+                     summary="group mean-centred advantages, no std division")
 class DrGRPO(GRPO):
     """Dr. GRPO: group mean-centred scores, no std division."""
 
@@ -41,7 +43,8 @@ class DrGRPO(GRPO):
         super().__init__(scale="none")
 
 
-@ADVANTAGES.register("rloo")
+@ADVANTAGES.register("rloo", title="RLOO", source="arXiv 2402.14740",
+                     summary="leave-one-out group baseline")
 class RLOO(Estimator):
     """REINFORCE leave-one-out: A_i = s_i - mean of the other responses of its group
     (= n/(n-1) * (s_i - group_mean)). A group of one gets A = 0."""

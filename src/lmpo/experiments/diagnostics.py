@@ -4,15 +4,14 @@ from __future__ import annotations
 
 
 def method_diagnostics(cfg: dict) -> list[str]:
-    """The metrics that show an arm's own mechanism (registry metadata `diagnostics`)."""
+    """The metrics that show an arm's own mechanism: the `diagnostics` metadata of the loss,
+    the estimator and the rollout controller its (saved, upgraded) config names."""
     from lmpo.advantages import advantage_meta
-    from lmpo.losses.registry import LOSSES
+    from lmpo.losses import loss_meta
     from lmpo.rollout import CONTROLLERS
 
-    keys = list(LOSSES.meta(cfg["loss"]["name"]).get("diagnostics", ()))
-    keys += advantage_meta(cfg["advantage"]["name"]).get("diagnostics", ())
-    espo = cfg.get("espo", {})
-    if espo.get("enabled"):
-        name = "random_stop" if espo.get("mode") == "random" else "espo"
-        keys += CONTROLLERS.meta(name).get("diagnostics", ())
+    keys = list(loss_meta(cfg["loss"]["name"])["diagnostics"])
+    keys += advantage_meta(cfg["advantage"]["name"])["diagnostics"]
+    controller = (cfg.get("controller") or {}).get("name", "none")
+    keys += CONTROLLERS.meta(controller)["diagnostics"]
     return list(dict.fromkeys(keys))

@@ -31,6 +31,7 @@ from lmpo.experiments.stats import (
     reduce_metric,
     summarize,
 )
+from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
 
 STANDARD = [  # (label, metric, reduce)
@@ -101,7 +102,8 @@ def collect(root: Path) -> dict:
                 "dir": run_dir, "rows": rows, "finished": done,
                 "before_row": {"step": 0, "tokens/cumulative": 0.0}
                 | (metrics_row(before) if before else {}),
-                "config": yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else None}
+                "config": upgrade_saved(yaml.safe_load(cfg_path.read_text()))
+                if cfg_path.exists() else None}
     return {"experiment": exp, "runs": runs}
 
 

@@ -4,7 +4,7 @@ Seeds are the unit: each run contributes one number per metric (its final value,
 or the mean of its last k logged values). A summary is the mean, the std (ddof=1)
 and a 95% percentile bootstrap CI of the mean (seeded numpy, 10,000 resamples).
 A claim compares two arms that share seeds: the bootstrap resamples seed
-*indices*, so the pairing is kept. Verdicts follow spec/api.md ("Experiments"):
+*indices*, so the pairing is kept. Verdicts (docs/reproductions.md states them):
 
 - direction: mean(a) - mean(b), expected > 0 ("greater") or < 0 ("less"). With four
   arms [a, b, c, d] it compares gains: (a - b) - (c - d), each difference taken within

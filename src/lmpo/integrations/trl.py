@@ -19,14 +19,27 @@ import torch
 from trl import GRPOTrainer
 
 from lmpo.advantages import get_advantage
-from lmpo.losses import AGG_MODES, aggregate, default_aggregation, get_loss, kl_penalty
+from lmpo.losses import (
+    AGG_MODES,
+    aggregate,
+    default_aggregation,
+    get_loss,
+    kl_penalty,
+    peer_hparams,
+)
 
 
 class LmpoGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, lmpo_loss: str = "ppo_clip", lmpo_loss_hparams: dict | None = None,
                  lmpo_agg: str | None = None, lmpo_advantage: str | None = None,
                  lmpo_advantage_hparams: dict | None = None, ref_model=None, **kwargs):
-        self.lmpo_loss_fn = get_loss(lmpo_loss, **(lmpo_loss_hparams or {}))
+        args_ = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
+        # GRPOConfig's settings the loss declares (e.g. epsilon / epsilon_high for a PPO clip)
+        # under explicit lmpo_loss_hparams
+        hparams = peer_hparams(lmpo_loss, "trl", lambda key: getattr(args_, key, None)) \
+            | dict(lmpo_loss_hparams or {})
+        self.lmpo_loss_fn = get_loss(lmpo_loss, **hparams)
+        self.lmpo_loss_hparams = hparams
         lmpo_agg = lmpo_agg or default_aggregation(lmpo_loss)  # the method's own, by default
         if lmpo_agg not in AGG_MODES:
             raise ValueError(f"unknown lmpo_agg {lmpo_agg!r}; valid modes: {', '.join(AGG_MODES)}")
@@ -34,7 +47,6 @@ class LmpoGRPOTrainer(GRPOTrainer):
         self.lmpo_estimator = (get_advantage(lmpo_advantage, **(lmpo_advantage_hparams or {}))
                                if lmpo_advantage else None)
         self._lmpo_rewards = None
-        args_ = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
         beta = getattr(args_, "beta", 0.0)
         if ref_model is not None and args_ is not None:
             args_.beta = 0.0  # TRL would rebuild the reference from a hub id; we bring our own

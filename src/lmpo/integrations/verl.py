@@ -19,14 +19,9 @@ import numpy as np
 import torch
 
 from lmpo.advantages import get_advantage, group_estimators
-from lmpo.losses import get_loss, list_losses, loss_hparams
+from lmpo.losses import get_loss, list_losses, loss_meta, peer_hparams
 
 PREFIX = "lmpo_"
-
-# verl's clip_ratio_low/high (and clip_ratio_c) feed these lmpo hyper-parameters unless
-# policy_loss.hparams sets them: the same knobs mean the same thing in both libraries.
-VERL_CLIP_KEYS = {"eps_low": "clip_ratio_low", "eps_high": "clip_ratio_high",
-                  "delta_low": "clip_ratio_low", "delta_high": "clip_ratio_high"}
 
 _ESTIMATORS: dict[str, Any] = {}  # driver-process state (EBPO's Welford accumulators)
 
@@ -40,23 +35,19 @@ def _get(config, key, default=None):
 
 
 def resolve_hparams(name: str, config) -> dict:
-    """lmpo hyper-parameters for `name` from a verl actor config."""
-    valid = loss_hparams(name)
+    """lmpo hyper-parameters for `name` from a verl actor config: `policy_loss.hparams`,
+    over the verl settings the loss declares for them (`peer_keys["verl"]`: e.g. the clip
+    knobs clip_ratio_low/high, which mean the same in both libraries)."""
     policy_loss = _get(config, "policy_loss")
     explicit = dict(_get(policy_loss, "hparams", None) or {})
-    hp = {}
-    for key, verl_key in VERL_CLIP_KEYS.items():
-        if key in valid and key not in explicit:
-            value = _get(config, verl_key)
-            value = _get(config, "clip_ratio") if value is None else value
-            if value is not None:
-                hp[key] = float(value)
-    return hp | explicit
+    return peer_hparams(name, "verl", lambda key: _get(config, key)) | explicit
 
 
 def make_policy_loss(name: str):
     """verl-signature wrapper around lmpo loss `name`."""
     from verl.trainer.ppo.core_algos import agg_loss
+
+    clipfrac = loss_meta(name)["clipfrac"]  # the loss's own clip-fraction metric
 
     def policy_loss(old_log_prob, log_prob, advantages, response_mask,
                     loss_agg_mode: str = "token-mean", config=None, rollout_is_weights=None):
@@ -68,7 +59,7 @@ def make_policy_loss(name: str):
         loss = agg_loss(loss_mat=loss_tok, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
                         **batch_info)
         out = {f"actor/lmpo/{k}": v for k, v in metrics.items()}
-        out["actor/pg_clipfrac"] = metrics.get("clipfrac", metrics.get("dppo/masked_frac", 0.0))
+        out["actor/pg_clipfrac"] = metrics.get(clipfrac, 0.0)
         out["actor/ppo_kl"] = metrics["approx_kl"]
         return loss, out
 

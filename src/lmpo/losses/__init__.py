@@ -5,12 +5,37 @@
     loss = aggregate(loss_tok, mask, "token-mean", num_tokens=global_tokens)
 """
 
-from lmpo.losses import divergence, gppo, output_reset, ppo  # noqa: F401  (registers)
+import importlib
+import pkgutil
+
 from lmpo.losses.base import OR_MARGIN, displacement_metrics
 from lmpo.losses.kl import KL_KINDS, kl_penalty
 from lmpo.losses.registry import LOSSES
 from lmpo.losses.value import value_loss
 from lmpo.masked import AGG_MODES, aggregate
+
+for _module in pkgutil.iter_modules(__path__):  # every loss file registers itself
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+
+def loss_meta(name: str) -> dict:
+    """Registration metadata of loss `name` (`lmpo.losses.registry`)."""
+    return LOSSES.meta(name)
+
+
+def peer_hparams(name: str, peer: str, lookup) -> dict:
+    """Hyper-parameters of loss `name` taken from a peer engine's settings: for each one
+    the loss declares under `peer_keys[peer]`, the first of its peer keys whose
+    `lookup(key)` is not None (numbers as floats)."""
+    out = {}
+    for hparam, keys in loss_meta(name)["peer_keys"].get(peer, {}).items():
+        for key in (keys,) if isinstance(keys, str) else keys:
+            value = lookup(key)
+            if value is not None:
+                is_number = isinstance(value, int | float) and not isinstance(value, bool)
+                out[hparam] = float(value) if is_number else value
+                break
+    return out
 
 
 def get_loss(name: str, **hparams):
@@ -34,6 +59,7 @@ def default_aggregation(name: str) -> str:
 
 __all__ = [
     "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "default_aggregation",
-    "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams",
+    "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams", "loss_meta",
+    "peer_hparams",
     "value_loss",
 ]

@@ -12,6 +12,8 @@ import torch
 from lmpo.losses.base import LossInputs, prepare, ratio_metrics
 from lmpo.losses.registry import LOSSES
 
+DEVIATED = 0.1  # |w - 1| beyond which DRPO's weight counts as engaged (docs/reproductions.md)
+
 
 def _truncated_pg(x: LossInputs, keep: torch.Tensor, clip_ratio_c: float):
     """DPPO's loss on kept tokens: -A * sg(min(r, c)) * logp, exactly 0 on dropped ones."""
@@ -30,7 +32,16 @@ def _probs(x: LossInputs):
     return torch.exp(x.logp.detach()), torch.exp(x.old_logp)
 
 
-@LOSSES.register("dppo_tv", default_agg="token-mean", diagnostics=("loss/dppo/masked_frac",))
+DPPO_META = {"diagnostics": ("loss/dppo/masked_frac",), "clipfrac": "dppo/masked_frac",
+             "acts": {"metric": "loss/dppo/masked_frac", "above": 0.0},
+             "engagement": "loss/dppo/masked_frac", "source": "arXiv 2602.04879"}
+
+
+@LOSSES.register("dppo_tv", default_agg="token-mean", **DPPO_META,
+                 peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
+                                     "delta_high": ("clip_ratio_high", "clip_ratio")}},
+                 title="DPPO (binary TV)",
+                 summary="hard mask on the sampled token's probability change (TV)")
 def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
     """DPPO binary-TV: drop a token if A > 0 and p - q > delta_high, or A <= 0 and
     p - q < -delta_low; keep -A * sg(min(r, c)) * logp on the rest (as verl's dppo_tv)."""
@@ -40,7 +51,8 @@ def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_
     return _truncated_pg(x, keep, clip_ratio_c)
 
 
-@LOSSES.register("dppo_kl", default_agg="token-mean", diagnostics=("loss/dppo/masked_frac",))
+@LOSSES.register("dppo_kl", default_agg="token-mean", **DPPO_META, title="DPPO (binary KL)",
+                 summary="hard mask on the sampled token's probability change (binary KL)")
 def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
     """DPPO binary-KL: D = q log(q/p) + (1-q) log((1-q)/(1-p)); drop a token if
     D > delta and it moved with its advantage (A > 0 and p > q, or A <= 0 and p < q).
@@ -60,7 +72,12 @@ def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
 
 
 @LOSSES.register("drpo", default_agg="seq-mean-token-sum-norm",
-                 diagnostics=("loss/drpo/weight_min", "loss/drpo/weight_max"))
+                 diagnostics=("loss/drpo/weight_min", "loss/drpo/weight_max",
+                              "loss/drpo/deviated_frac"),
+                 acts={"metric": "loss/drpo/weight_dev_max", "above": 1e-3},
+                 engagement="loss/drpo/deviated_frac", title="DRPO", source="arXiv 2606.09821",
+                 summary="smooth advantage-weighted quadratic penalty on the sampled token's "
+                         "probability change")
 def drpo(logp, old_logp, adv, mask, *, delta=12.5):
     """DRPO: L = -r A + |A| q (r - 1)^2 / (2 delta)  (= -rA + |A| (p-q)^2 / (2 delta q)).
 
@@ -76,9 +93,12 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
     moved = (q * (x.ratio - 1)).detach()  # p - q (with the clamped ratio)
     w = 1 - torch.sign(x.adv * moved) * moved.abs() / delta
     any_valid = bool(x.mask.any())
+    dev = (w - 1).abs()
     metrics = ratio_metrics(x) | {
         "drpo/weight_min": float(w[x.mask].min()) if any_valid else 1.0,
         "drpo/weight_max": float(w[x.mask].max()) if any_valid else 1.0,
+        "drpo/weight_dev_max": float(dev[x.mask].max()) if any_valid else 0.0,
+        "drpo/deviated_frac": x.mean((dev > DEVIATED).to(w.dtype)),
         "drpo/penalty_mean": x.mean(penalty.detach()),
     }
     return x.zero_off_mask(loss), metrics

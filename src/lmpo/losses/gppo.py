@@ -5,11 +5,16 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
-from lmpo.losses.registry import LOSSES
+from lmpo.losses.registry import LOSSES, TRL_CLIP, VERL_CLIP
 
 
 @LOSSES.register("cegppo", default_agg="token-mean",
-                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"))
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
+                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
+                 title="CE-GPPO", source="arXiv 2509.20712",
+                 summary="PPO-clip's value, but clipped tokens keep a beta-scaled gradient "
+                         "beta(1±eps)A to steer entropy")
 def cegppo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, beta1=0.5, beta2=1.0,
            clip_ratio_c=None):
     """PPO-clip whose clipped tokens keep a bounded, beta-scaled gradient.

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import torch
 
-from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.base import OR_MARGIN, displacement_metrics, prepare, ratio_metrics
+from lmpo.losses.diagnostics import POST_UPDATE
 from lmpo.losses.registry import LOSSES
 
 WEIGHTS = ("sign", "abs")
 
 
+@POST_UPDATE.register("or_margin")
+def or_margin_after(new_logp, old_logp, adv, mask, *, alpha=OR_MARGIN) -> dict[str, float]:
+    """Output Reset's margin after the update, for any loss: diag/or_residual_after (mean
+    max(0, alpha - sign(A) rho)^2 over A != 0 tokens) and diag/or_overshoot_after (the share
+    of those with sign(A) rho >= alpha)."""
+    m = displacement_metrics(new_logp - old_logp, adv, mask, alpha)
+    return {"diag/or_residual_after": m["or/residual"],
+            "diag/or_overshoot_after": m["or/overshoot_frac"]}
+
+
 @LOSSES.register("output_reset", default_agg="token-mean",
                  diagnostics=("loss/or/overshoot_frac", "diag/or_residual_after",
-                              "diag/or_overshoot_after", "diag/displacement_seq_after"))
+                              "diag/or_overshoot_after", "diag/displacement_seq_after"),
+                 acts={"metric": "loss/or/overshoot_frac", "above": 0.0},
+                 engagement="diag/or_overshoot_after",
+                 post_update={"displacement": {}, "or_margin": {"alpha": "alpha"}},
+                 title="Output Reset (PPO-OR, GRPO-OR)", source="arXiv 2607.18163",
+                 summary="one-sided squared margin max(0, alpha - sign(A) rho)^2 in log-ratio "
+                         "space: C^1, zero gradient past the margin")
 def output_reset(logp, old_logp, adv, mask, *, alpha=0.2, weight="sign"):
     """L = max(0, alpha - sign(A) * rho)^2 for A != 0, else 0.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
-from lmpo.losses.registry import LOSSES
+from lmpo.losses.registry import LOSSES, TRL_CLIP, VERL_CLIP
 
 
 def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
@@ -24,7 +24,12 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
 
 
 @LOSSES.register("ppo_clip", default_agg="token-mean",
-                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"))
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
+                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
+                 title="PPO-clip (PPO, GRPO, DAPO)", source="arXiv 1707.06347",
+                 summary="clipped ratio surrogate, asymmetric eps (clip-higher), optional "
+                         "dual clip")
 def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
     """L = -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A); dual clip for A<0: min(L, -c*A).
 
@@ -45,7 +50,10 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",))
+@LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
+                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 peer_keys={"verl": VERL_CLIP}, title="GSPO", source="arXiv 2507.18071",
+                 summary="PPO-clip on the length-normalised sequence ratio")
 def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
     """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
 
@@ -70,7 +78,10 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",))
+@LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),
+                 peer_keys={"verl": VERL_CLIP}, title="CISPO", source="arXiv 2506.13585",
+                 summary="REINFORCE weighted by a clipped, stop-gradient ratio; no token "
+                         "dropped")
 def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
     """CISPO: L = -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp (no token is dropped)."""
     x = prepare(logp, old_logp, adv, mask)
@@ -82,7 +93,9 @@ def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("reinforce", default_agg="token-mean")
+@LOSSES.register("reinforce", default_agg="token-mean", preset_keys=("optim.minibatches",),
+                 title="REINFORCE / RLOO", source="Williams 1992",
+                 summary="-A logp, no ratio: one on-policy update per batch")
 def reinforce(logp, old_logp, adv, mask):
     """Vanilla policy gradient L = -A * logp (assumes on-policy samples; no ratio)."""
     x = prepare(logp, old_logp, adv, mask)

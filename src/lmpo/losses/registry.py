@@ -1,5 +1,35 @@
-"""The policy-loss registry (`get_loss`, `list_losses`)."""
+"""The policy-loss registry (`get_loss`, `list_losses`) and the metadata every loss has.
+
+Registration metadata (`@LOSSES.register(name, **meta)`), read by the trainer, reports,
+docs and adapters so that none of them names a loss:
+
+- `default_agg`: the aggregation mode the method's paper uses.
+- `title`, `source`, `summary`: the README's Methods table (`lmpo methods`).
+- `diagnostics`: metrics that show the mechanism in reports (`loss/...`, `diag/...`).
+- `acts`: {metric, above}: the metric that must exceed `above` in the first 20 steps of
+  the loss's preset (its mechanism acts at all; a smoke test).
+- `engagement`: the metric claims judge engagement by (docs/reproductions.md).
+- `post_update`: post-update diagnostics (`lmpo.losses.diagnostics`) the trainer runs on
+  diagnostic steps, each with {diagnostic parameter: this loss's hyper-parameter}.
+- `peer_keys`: {"verl" | "trl": {hyper-parameter: (peer config key, fallback, ...)}}: the
+  peer's settings that feed a hyper-parameter the user did not set explicitly.
+- `clipfrac`: the metric the verl adapter reports as `actor/pg_clipfrac`.
+- `preset_keys`: config keys outside `loss.*` the method's preset may set.
+"""
 
 from lmpo.registry import Registry
 
-LOSSES = Registry("loss")
+LOSSES = Registry("loss", defaults={
+    "default_agg": "token-mean", "title": "", "source": "", "summary": "", "diagnostics": (),
+    "acts": None, "engagement": None,
+    "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
+    "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (),
+})
+
+DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
+
+# verl reads the same clip knobs for every ratio loss (a single clip_ratio as fallback)
+VERL_CLIP = {"eps_low": ("clip_ratio_low", "clip_ratio"),
+             "eps_high": ("clip_ratio_high", "clip_ratio")}
+# TRL's GRPOConfig: epsilon, and epsilon_high (None = epsilon) for a PPO-style clip
+TRL_CLIP = {"eps_low": ("epsilon",), "eps_high": ("epsilon_high", "epsilon")}

@@ -98,6 +98,133 @@ def cached_forward(module, cache, **kw):
     return out, getattr(out, "cache", None) or out.past_key_values
 
 
+class _Written:
+    """The rollout being written, one row per prompt, and the stop reasons."""
+
+    def __init__(self, b: int, width: int, pad_token_id: int, with_values: bool):
+        self.ids = torch.full((b, width), pad_token_id, dtype=torch.long)
+        self.logp = torch.zeros((b, width))
+        self.regret = torch.zeros((b, width))
+        self.values = torch.zeros((b, width)) if with_values else None
+        self.lengths = torch.zeros(b, dtype=torch.long)
+        self.reasons = ["length"] * b
+        self.generated = 0
+
+    def record(self, rows, t, token, chosen, regret, vals) -> None:
+        self.ids[rows, t] = token
+        self.logp[rows, t] = chosen
+        if regret is not None:
+            self.regret[rows, t] = regret
+        if vals is not None:
+            self.values[rows, t] = vals
+        self.lengths[rows] = t + 1
+        self.generated += len(rows)
+
+    def rollout(self, prompt_ids, prompt_mask) -> Rollout:
+        width = int(self.lengths.max())
+        mask = (torch.arange(width)[None, :] < self.lengths[:, None]).float()
+        return Rollout(
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=self.ids[:, :width],
+            response_mask=mask, logp=self.logp[:, :width] * mask,
+            regret=self.regret[:, :width] * mask,
+            values=None if self.values is None else self.values[:, :width] * mask,
+            stop_reason=self.reasons, num_generated=self.generated, lengths=self.lengths)
+
+
+class _Decoding:
+    """The rows still decoding: their KV caches (the fast decoder's or the model's),
+    attention mask, positions and, with a critic, its incremental values.
+
+    `rows` maps each batch row to its prompt; finished rows ride along (`alive` False)
+    until `compact` drops them from the batch and the caches."""
+
+    def __init__(self, model, prompts, ids, mask, *, max_new_tokens, value_fn, fast,
+                 share_prompts):
+        b = len(prompts)
+        self.model, self.value_fn, self.mask = model, value_fn, mask
+        # the prompt pass runs on the distinct prompts only (`first` rows), then every row
+        # takes a copy of its prompt's KV cache and last logits (`inverse`)
+        first, inverse = distinct_rows(prompts) if share_prompts else (list(range(b)), None)
+        if inverse is not None and len(first) == b:
+            inverse = None
+        p_ids, p_mask = (ids, mask) if inverse is None else (ids[first], mask[first])
+        self.decoder, self.cache = None, None
+        if fast and fast_llama.supports(model):
+            self.decoder = fast_llama.FastLlamaDecoder(model, p_mask, ids.shape[1] + max_new_tokens)
+            logits = self.decoder.prefill(p_ids, position_ids(p_mask))
+        else:
+            out, self.cache = cached_forward(model, None, input_ids=p_ids, attention_mask=p_mask,
+                                             position_ids=position_ids(p_mask), logits_to_keep=1)
+            logits = out.logits[:, -1]
+        values = value_fn.prefill(p_ids, p_mask) if value_fn is not None else None
+        if inverse is not None:
+            inverse = inverse.to(ids.device)
+            select_rows(inverse, self.decoder, self.cache, value_fn)
+            values = values[inverse] if values is not None else None
+            logits = logits[inverse]
+        self.logits, self.values = logits, values
+        self.rows = torch.arange(b)  # original row of each row in the current batch
+        self.alive = torch.ones(b, dtype=torch.bool)
+        self.n_alive = b
+        self.next_pos = position_ids(mask)[:, -1] + 1
+
+    def compact(self, token: torch.Tensor) -> torch.Tensor:
+        """Drop finished rows from the batch and the KV caches; returns `token` for the
+        rows kept."""
+        keep = self.alive.nonzero().flatten().to(token.device)
+        select_rows(keep, self.decoder, self.cache, self.value_fn)
+        self.rows, self.alive = self.rows[keep.cpu()], self.alive[keep.cpu()]
+        self.mask, self.next_pos = self.mask[keep], self.next_pos[keep]
+        return token[keep]
+
+    def advance(self, token: torch.Tensor) -> None:
+        """One forward step on `token` [len(rows)]: the next logits (and values)."""
+        mask, next_pos = self.mask, self.next_pos
+        if self.decoder is None or self.value_fn is not None:  # the fast decoder keeps its own
+            mask = self.mask = torch.cat([mask, mask.new_ones((len(self.rows), 1))], dim=1)
+        if self.decoder is not None:
+            self.logits = self.decoder.step(token, next_pos)
+        else:
+            out, self.cache = cached_forward(self.model, self.cache, input_ids=token[:, None],
+                                             attention_mask=mask, position_ids=next_pos[:, None])
+            self.logits = out.logits[:, -1]
+        if self.value_fn is not None:
+            self.values = self.value_fn.step(token[:, None], mask, next_pos[:, None])
+        self.next_pos = next_pos + 1
+
+
+def _choose(logits: torch.Tensor, temperature: float, generator, record_regret: bool):
+    """(token [B], its log-prob [B], regret [B] or None) from the step's logits."""
+    logits = logits.float()
+    if temperature > 0:
+        logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
+        token = draw(logprobs.exp(), generator)
+    else:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        token = logprobs.argmax(-1)
+    chosen = logprobs.gather(1, token[:, None]).squeeze(1)
+    regret = (logprobs.max(-1).values - chosen).cpu() if record_regret else None
+    return token, chosen, regret
+
+
+def _finish(dec: _Decoding, out: _Written, t: int, token_c, rows_c, live, regret, vals, eos,
+            stopper) -> None:
+    """Mark the rows that ended at step t: EOS, or a stop the controller decided."""
+    is_eos = torch.isin(token_c, eos)
+    done = is_eos
+    if stopper is not None:
+        stop = stopper.step(rows_c, regret, vals, t)
+        for i in (stop & ~done).nonzero().flatten().tolist():
+            out.reasons[int(rows_c[i])] = "early_stop"
+        done = done | stop
+    finished = done.nonzero().flatten()
+    if len(finished):
+        for i in is_eos.nonzero().flatten().tolist():
+            out.reasons[int(rows_c[i])] = "eos"
+        dec.alive[finished if live is None else live[finished]] = False
+        dec.n_alive -= len(finished)
+
+
 @torch.no_grad()  # not inference_mode: the outputs feed autograd-tracked losses
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
            eos_token_id: int | Sequence[int], pad_token_id: int,
@@ -108,9 +235,9 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
 
     temperature == 0 decodes greedily (logp is then that of the untempered policy).
     `value_fn` (see `lmpo.rollout.values.IncrementalValues`) gives V(s_t) per step;
-    `stopper` (ESPO) may end a row early with stop_reason "early_stop".
-    `record_regret=False` skips the regret (left at 0; ESPO needs it).
-    Finished rows leave the batch once they are `compact_frac` of it.
+    `stopper` (a rollout controller, `lmpo.rollout.controllers`) may end a row early with
+    stop_reason "early_stop". `record_regret=False` skips the regret (left at 0; a
+    stopper needs it). Finished rows leave the batch once they are `compact_frac` of it.
     `fast` decodes plain Llama models with `FastLlamaDecoder` (same math, less
     per-token overhead); other models always use their own forward.
     `eos_token_id` may list several ids (chat models end a turn with a token of their own).
@@ -118,7 +245,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     to every row that repeats it (a GRPO group): same log-probs, G times less prefill.
     """
     if stopper is not None and not record_regret:
-        raise ValueError("ESPO needs the regret: record_regret must be True with a stopper")
+        raise ValueError("a rollout controller needs the regret: record_regret must be True")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
@@ -126,113 +253,31 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
-    b = len(prompts)
-    ids_out = torch.full((b, max_new_tokens), pad_token_id, dtype=torch.long)
-    logp_out = torch.zeros((b, max_new_tokens))
-    regret_out = torch.zeros((b, max_new_tokens))
-    values_out = torch.zeros((b, max_new_tokens)) if value_fn is not None else None
-    lengths = torch.zeros(b, dtype=torch.long)
-    reasons = ["length"] * b
-
-    ids, mask = prompt_ids.to(device), prompt_mask.to(device)
-    # the prompt pass runs on the distinct prompts only (`first` rows), then every row
-    # takes a copy of its prompt's KV cache and last logits (`inverse`)
-    first, inverse = distinct_rows(prompts) if share_prompts else (list(range(b)), None)
-    if inverse is not None and len(first) == b:
-        inverse = None
-    p_ids, p_mask = (ids, mask) if inverse is None else (ids[first], mask[first])
-    decoder, cache = None, None
-    if fast and fast_llama.supports(model):
-        decoder = fast_llama.FastLlamaDecoder(model, p_mask, ids.shape[1] + max_new_tokens)
-        logits = decoder.prefill(p_ids, position_ids(p_mask))
-    else:
-        out, cache = cached_forward(model, None, input_ids=p_ids, attention_mask=p_mask,
-                                    position_ids=position_ids(p_mask), logits_to_keep=1)
-        logits = out.logits[:, -1]
-    values = value_fn.prefill(p_ids, p_mask) if value_fn is not None else None
-    if inverse is not None:
-        inverse = inverse.to(device)
-        select_rows(inverse, decoder, cache, value_fn)
-        values = values[inverse] if values is not None else None
-        logits = logits[inverse]
+    out = _Written(len(prompts), max_new_tokens, pad_token_id, value_fn is not None)
+    dec = _Decoding(model, prompts, prompt_ids.to(device), prompt_mask.to(device),
+                    max_new_tokens=max_new_tokens, value_fn=value_fn, fast=fast,
+                    share_prompts=share_prompts)
     if stopper is not None:
-        stopper.begin_batch(b)
-    rows = torch.arange(b)  # original row of each row in the current batch
-    alive = torch.ones(b, dtype=torch.bool)
-    next_pos = position_ids(mask)[:, -1] + 1
-    generated = 0
-
-    n_alive = b
+        stopper.begin_batch(len(prompts))
     for t in range(max_new_tokens):
-        logits = logits.float()
-        if temperature > 0:
-            logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
-            token = draw(logprobs.exp(), generator)
-        else:
-            logprobs = torch.log_softmax(logits, dim=-1)
-            token = logprobs.argmax(-1)
-        chosen = logprobs.gather(1, token[:, None]).squeeze(1)
+        token, chosen, regret = _choose(dec.logits, temperature, generator, record_regret)
         token_c, chosen_c = token.cpu(), chosen.cpu()
-        regret = (logprobs.max(-1).values - chosen).cpu() if record_regret else None
-        vals = values.float().cpu() if values is not None else None
-        live = None  # every row of the current batch is still generating
-        rows_c = rows
-        if n_alive < len(rows):  # finished rows riding along until the next compaction
-            live = alive.nonzero().flatten()
-            rows_c, token_c, chosen_c = rows[live], token_c[live], chosen_c[live]
+        vals = dec.values.float().cpu() if dec.values is not None else None
+        live, rows_c = None, dec.rows  # live: None while every batch row is generating
+        if dec.n_alive < len(dec.rows):  # finished rows riding along until compaction
+            live = dec.alive.nonzero().flatten()
+            rows_c, token_c, chosen_c = dec.rows[live], token_c[live], chosen_c[live]
             regret = regret[live] if regret is not None else None
             vals = vals[live] if vals is not None else None
-        ids_out[rows_c, t] = token_c
-        logp_out[rows_c, t] = chosen_c
-        if regret is not None:
-            regret_out[rows_c, t] = regret
-        if vals is not None:
-            values_out[rows_c, t] = vals
-        lengths[rows_c] = t + 1
-        generated += len(rows_c)
-
-        is_eos = torch.isin(token_c, eos)
-        done = is_eos
-        if stopper is not None:
-            stop = stopper.step(rows_c, regret, vals, t)
-            for i in (stop & ~done).nonzero().flatten().tolist():
-                reasons[int(rows_c[i])] = "early_stop"
-            done = done | stop
-        finished = done.nonzero().flatten()
-        if len(finished):
-            for i in is_eos.nonzero().flatten().tolist():
-                reasons[int(rows_c[i])] = "eos"
-            alive[finished if live is None else live[finished]] = False
-            n_alive -= len(finished)
-        if t == max_new_tokens - 1 or n_alive == 0:
+        out.record(rows_c, t, token_c, chosen_c, regret, vals)
+        _finish(dec, out, t, token_c, rows_c, live, regret, vals, eos, stopper)
+        if t == max_new_tokens - 1 or dec.n_alive == 0:
             break
-        if len(rows) - n_alive >= compact_frac * len(rows):
-            # drop finished rows from the batch and the KV cache; below the threshold
-            # they ride along (one wasted row-step is cheaper than copying the cache)
-            keep = alive.nonzero().flatten().to(device)
-            select_rows(keep, decoder, cache, value_fn)
-            rows, alive = rows[keep.cpu()], alive[keep.cpu()]
-            token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
-        if decoder is None or value_fn is not None:  # the fast decoder keeps its own mask
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-        if decoder is not None:
-            logits = decoder.step(token, next_pos)
-        else:
-            out, cache = cached_forward(model, cache, input_ids=token[:, None],
-                                        attention_mask=mask, position_ids=next_pos[:, None])
-            logits = out.logits[:, -1]
-        if value_fn is not None:
-            values = value_fn.step(token[:, None], mask, next_pos[:, None])
-        next_pos = next_pos + 1
-
+        if len(dec.rows) - dec.n_alive >= compact_frac * len(dec.rows):
+            # below the threshold finished rows ride along (one wasted row-step is cheaper
+            # than copying the cache)
+            token = dec.compact(token)
+        dec.advance(token)
     if stopper is not None:
-        stopper.end_batch(regret_out, lengths)
-    width = int(lengths.max())
-    response_mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
-    return Rollout(
-        prompt_ids=prompt_ids, prompt_mask=prompt_mask,
-        response_ids=ids_out[:, :width], response_mask=response_mask,
-        logp=logp_out[:, :width] * response_mask, regret=regret_out[:, :width] * response_mask,
-        values=None if values_out is None else values_out[:, :width] * response_mask,
-        stop_reason=reasons, num_generated=generated, lengths=lengths,
-    )
+        stopper.end_batch(out.regret, out.lengths)
+    return out.rollout(prompt_ids, prompt_mask)

@@ -7,19 +7,19 @@ import torch
 from lmpo.logprobs import logprobs_and_entropy
 from lmpo.masked import position_ids
 from lmpo.rewards import Reward, RewardError
-from lmpo.rollout import Rollout, sample
 from lmpo.trainer.prefix import shared_prefix_logits
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,
-                  r_fail: float, on_error: str
+                  stop_score: float | None, on_error: str
                   ) -> tuple[list[float | None], list[bool], int]:
     """Scores per sequence (None = no score), exact correctness, and the number of samples
     whose reward function raised and were scored 0 (`on_error="zero"`; "raise" re-raises
-    the `RewardError` that names the sample). Early-stopped sequences get r_fail
-    (absorbing failure) and are never correct."""
-    live = [i for i, r in enumerate(stop_reason) if r != "early_stop"]
-    scores: list[float | None] = [r_fail] * len(problems)
+    the `RewardError` that names the sample). A sequence the rollout controller stopped
+    gets `stop_score` and is never correct (an absorbing failure), or, with `stop_score`
+    None, is scored like any other (an ordinary truncation)."""
+    live = [i for i, r in enumerate(stop_reason) if stop_score is None or r != "early_stop"]
+    scores: list[float | None] = [stop_score] * len(problems)
     correct = [False] * len(problems)
     errors = 0
     try:
@@ -75,41 +75,3 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     if r.numel() < 2 or float(r.var()) == 0:
         return 0.0
     return float(1 - (r - v).var() / r.var())
-
-
-def finish_stopped(policy, tokenizer, task, problems, rollout: Rollout, *, max_new_tokens: int,
-                   temperature: float, seed: int, reward: Reward | None = None,
-                   eos_ids: list[int] | None = None) -> dict[str, float]:
-    """ESPO diagnostics: let a copy of every early-stopped sequence run to its end.
-
-    Returns the false-positive stop rate (share of stopped sequences whose finished
-    copy is exactly correct), the mean would-have-been length and the tokens the
-    copies generated past their stop (`espo/would_be_extra_tokens`, what stopping
-    saved). Uses its own generator (seeded per step), so the training run's random
-    stream is untouched. Correctness is the `reward`'s (default: the task's scorer).
-    """
-    reward = reward or Reward("task", task)
-    stopped = [i for i, r in enumerate(rollout.stop_reason) if r == "early_stop"]
-    if not stopped:
-        return {}
-    prefixes, room = [], []
-    for i in stopped:
-        n = int(rollout.lengths[i])
-        prompt = rollout.prompt_ids[i][rollout.prompt_mask[i].bool()].tolist()
-        prefixes.append(prompt + rollout.response_ids[i, :n].tolist())
-        room.append(max_new_tokens - n)
-    rest = sample(policy, prefixes, max_new_tokens=max(1, max(room)), temperature=temperature,
-                  eos_token_id=eos_ids or tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.pad_token_id,
-                  generator=torch.Generator().manual_seed(seed))
-    texts, lengths, saved = [], [], []
-    for j, i in enumerate(stopped):
-        n, extra = int(rollout.lengths[i]), min(int(rest.lengths[j]), max(room[j], 0))
-        ids = rollout.response_ids[i, :n].tolist() + rest.response_ids[j, :extra].tolist()
-        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-        lengths.append(n + extra)
-        saved.append(extra)
-    correct = [float(ok) for ok in reward.score([problems[i] for i in stopped], texts)[1]]
-    return {"espo/false_positive_rate": sum(correct) / len(correct),
-            "espo/would_be_length_mean": sum(lengths) / len(lengths),
-            "espo/would_be_extra_tokens": float(sum(saved))}

@@ -1,6 +1,6 @@
 """The update's forward pass with each distinct prompt run once (a "prefix grouper").
 
-A GRPO micro-batch holds G responses to each prompt. The plain forward runs
+A group-sampling micro-batch holds G responses to each prompt. The plain forward runs
 prompt + response for every row, so each prompt is computed G times. Here the
 distinct prompts run once (with gradients), their KV cache is copied to the rows
 that share them (an index, so autograd sums the G rows' gradients into the one

@@ -1,7 +1,10 @@
 """`--resume` continues the same run: a changed config is refused, with the diff.
 
 Exempt: `steps` (extending a run is a documented use), `threads` and `log.*`
-(neither changes what is computed).
+(neither changes what is computed). Configs are compared as they run (`effective`): a
+config saved by an earlier lmpo is upgraded (`lmpo.legacy`), and each part's
+hyper-parameters are completed with the registry's defaults, so a run resumes whether a
+default was written out or not.
 """
 
 from __future__ import annotations
@@ -11,8 +14,33 @@ from pathlib import Path
 import yaml
 
 from lmpo.config import ConfigError, flatten, to_dict
+from lmpo.legacy import upgrade_saved
 
 EXEMPT = ("steps", "threads", "log")
+
+
+def part_hparams() -> dict:
+    """{config section: hyper-parameter defaults of the part it names}."""
+    from lmpo.advantages import advantage_hparams
+    from lmpo.losses import loss_hparams
+    from lmpo.rollout import controller_hparams
+
+    return {"loss": loss_hparams, "advantage": advantage_hparams,
+            "controller": controller_hparams}
+
+
+def effective(data: dict) -> dict:
+    """A config mapping as it runs: upgraded, every part's hyper-parameters complete."""
+    data = upgrade_saved(dict(data))
+    for section, defaults in part_hparams().items():
+        part = dict(data.get(section) or {})
+        try:
+            full = defaults(part.get("name"))
+        except KeyError:  # an unknown name: validation reports it
+            continue
+        part["hparams"] = full | dict(part.get("hparams") or {})
+        data[section] = part
+    return data
 
 
 def config_diff(old: dict, new: dict) -> list[str]:
@@ -32,7 +60,17 @@ def check_resumable(saved: Path, cfg) -> None:
     if not saved.exists():
         return  # nothing ran yet (killed before the config was written)
     old = yaml.safe_load(saved.read_text()) or {}
-    diff = config_diff(old, to_dict(cfg))
+    diff = config_diff(effective(old), effective(to_dict(cfg)))
     if diff:
         raise ConfigError(f"--resume with a config that differs from the run's ({saved}); "
                           "only steps, threads and log.* may change:\n" + "\n".join(diff))
+
+
+def load_run_config(path: Path):
+    """The TrainConfig a run directory's config.yaml holds (upgraded if an earlier lmpo
+    wrote it)."""
+    from lmpo.config import build
+    from lmpo.trainer.train_config import TrainConfig
+
+    return build(TrainConfig, upgrade_saved(yaml.safe_load(Path(path).read_text()) or {}))
+

@@ -1,5 +1,6 @@
 """What a run needs besides its checkpointed state: device, prompt encoder, stop tokens,
-reward function, and the model that samples (the policy, or its bfloat16 copy)."""
+reward function, the model that samples (the policy, or its bfloat16 copy) and the batch
+filter."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder, stop_token_ids
 from lmpo.rewards import Reward, build_reward
+from lmpo.trainer.filters import build_filter
 
 
 def resolve_device(name: str) -> torch.device:
@@ -76,6 +78,7 @@ class Runtime:
     reward: Reward
     device: torch.device
     rollout_model: RolloutModel
+    filter: object  # which samples enter the update (lmpo.trainer.filters)
 
     @classmethod
     def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
@@ -91,4 +94,5 @@ class Runtime:
         return cls(tokenizer=tokenizer,
                    encode=PromptEncoder(tokenizer, cfg.prompt_format, cfg.system_prompt),
                    stop_ids=stop_token_ids(policy, tokenizer), reward=reward, device=device,
-                   rollout_model=RolloutModel(policy, cfg.rollout.dtype))
+                   rollout_model=RolloutModel(policy, cfg.rollout.dtype),
+                   filter=build_filter(cfg.rollout, tokenizer.pad_token_id))

@@ -27,7 +27,7 @@ class RunState:
     reference: torch.nn.Module  # frozen, in memory; not checkpointed (it is the start)
     opt: torch.optim.Optimizer
     sampler: Any  # lmpo.tasks.Sampler
-    estimator: Any  # group estimator or GAE: has state_dict / load_state_dict
+    estimator: Any  # either family's estimator: has state_dict / load_state_dict
     critic: torch.nn.Module | None = None
     critic_opt: torch.optim.Optimizer | None = None
     controller: Any = None  # lmpo.rollout.RolloutController or None

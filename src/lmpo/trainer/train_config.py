@@ -1,20 +1,20 @@
 """`lmpo train` configuration: nested dataclasses, every field documented.
 
-Defaults follow methods.md; the shipped presets (`lmpo presets`) set each method's choices.
+The shipped presets (`lmpo presets`) set each method's choices; `bind` builds the parts a
+config names (loss, estimator, rollout controller, post-update diagnostics) and
+`validate` (`lmpo.trainer.validate`) fails on any bad value before work starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lmpo.advantages.base import DEFAULT_ESTIMATOR
 from lmpo.config import ConfigError
-from lmpo.registry import nearest
-from lmpo.user_modules import import_user_modules
-
-PROMPT_FORMATS = ("auto", "raw", "chat")
-DEVICES = ("auto", "cpu", "cuda")
-ROLLOUT_DTYPES = ("float32", "bfloat16")
+from lmpo.legacy import replaced
+from lmpo.losses.registry import DEFAULT_LOSS
+from lmpo.rollout.controllers.registry import DEFAULT_CONTROLLER
 
 
 @dataclass
@@ -32,13 +32,15 @@ class RolloutConfig:
     clusters: list[str] | None = None
     """Train on these tiers only (None = all); evaluation always covers every tier."""
     dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal (counted in data/groups_dropped)."""
+    """Drop groups whose rewards are all equal (counted in data/groups_dropped): the batch
+    filter `lmpo.trainer.filters.VariedGroups`. Group family only."""
     max_gen_batches: int = 1
     """With dynamic_sampling: generation rounds per step to refill the batch with varied
-    groups (DAPO's over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
+    groups (over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
     dtype: str = "float32"
     """float32 | bfloat16: sample with a copy of the policy in this precision (the update
-    stays float32). bfloat16 is the training-inference mismatch DPPO/DRPO study."""
+    stays float32): a training-inference mismatch, as low-precision inference engines
+    create."""
     old_logp: str = "rollout"
     """Which log-probs anchor the ratio: rollout (recorded while sampling) | recompute (a
     float32 pass before the first update). rollout/logp_mismatch is logged on every step
@@ -74,7 +76,7 @@ class LoRAConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "ppo_clip"
+    name: str = DEFAULT_LOSS
     """Any name from lmpo.losses.list_losses()."""
     hparams: dict[str, Any] = field(default_factory=dict)
     agg: str | None = None
@@ -83,13 +85,12 @@ class LossConfig:
 
 @dataclass
 class AdvantageConfig:
-    name: str = "grpo"
-    """"gae" (actor-critic PPO family, trains a critic) or any lmpo.advantages estimator."""
+    replaced_keys: ClassVar[dict[str, str]] = replaced("advantage")
+    name: str = DEFAULT_ESTIMATOR
+    """Any lmpo.advantages estimator; one registered with `needs_critic` trains a critic
+    (the actor-critic family)."""
     hparams: dict[str, Any] = field(default_factory=dict)
-    gamma: float = 1.0
-    lam: float = 0.95
-    whiten: bool = True
-    """GAE only: whiten advantages over the batch's valid tokens."""
+    """The estimator's hyper-parameters (lmpo.advantages.advantage_hparams(name))."""
 
 
 @dataclass
@@ -107,7 +108,7 @@ class KLConfig:
     kind: str = "k3"
     mode: str = "loss"
     """"loss": add coef * KL as a loss term; "reward": subtract coef * k1 from token rewards
-    (PPO-style, only for the gae family)."""
+    (PPO-style, only for the actor-critic family)."""
 
 
 @dataclass
@@ -132,46 +133,18 @@ class OptimConfig:
 
 
 @dataclass
-class ESPOConfig:
-    """The rollout controller: ESPO early stopping (arXiv 2605.29860) and its ablations."""
+class ControllerConfig:
+    """What may end a response during decoding: a registered rollout controller."""
 
-    enabled: bool = False
-    mode: str = "full"
-    """full | regret_only | value_only (ESPO), or random (variant F: random stopping at the
-    token savings `savings` or of the `reference` run)."""
-    warmup: bool = True
-    """Critic warm-up gate (relative thresholds below); false = stop from the first batch."""
-    r_fail: float = -1.0
-    """Reward of a stopped sequence (absorbing failure); 0 is the 'no r_fail' ablation."""
-    beta: float = 2.0
-    """Stop threshold on the smoothed regret, hand-set as in the paper."""
-    adapt_beta: bool = False
-    """lmpo extension (espo_adaptive preset): move beta toward `target_rate` each batch."""
-    target_rate: float = 0.25
-    beta_lr: float = 0.1
-    """With adapt_beta: beta += beta_lr * (stop_rate - target_rate) after each batch."""
-    eps_v: float = 0.2
-    alpha_s: float = 0.9
-    min_tokens: int = 1
-    """Tokens every sequence generates before any stop (lmpo choice)."""
-    warmup_loss_frac: float = 0.5
-    """Warm-up: the value loss must be at most this fraction of its first step's level..."""
-    warmup_rel_change: float = 0.2
-    """... and change by at most this fraction from one step to the next ..."""
-    warmup_patience: int = 3
-    """... for this many consecutive steps; forced on after 10% of the run."""
-    savings: float | None = None
-    """mode random: the cumulative token savings to match (a fraction in (0, 1))."""
-    reference: str | None = None
-    """mode random: an ESPO run (directory or metrics.jsonl) whose token curve to track."""
-    measure_false_positives: bool = True
-    """Finish a copy of each stopped sequence: logs espo/false_positive_rate,
-    espo/would_be_length_mean and the measured savings (extra sampling, not counted in
-    tokens/generated). Variant F at a savings fraction needs it."""
+    name: str = DEFAULT_CONTROLLER
+    """Any name from lmpo.rollout.list_controllers() (by default one that stops nothing)."""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The controller's hyper-parameters (lmpo.rollout.controller_hparams(name))."""
 
 
 @dataclass
 class LogConfig:
+    replaced_keys: ClassVar[dict[str, str]] = replaced("log")
     eval_every: int = 10
     """Held-out evaluation every N steps (and before the first and after the last)."""
     eval_per_tier: int = 100
@@ -187,14 +160,16 @@ class LogConfig:
     before and after the update), the rollout's log-prob mismatch and the post-update
     diag/*_after diagnostics (one extra forward pass over the batch each)."""
     tensorboard: bool = True
-    or_alpha: float | None = None
-    """Margin for the post-update diag/or_* diagnostics of every ratio loss: None = the
-    loss's own `alpha` if it has one (Output Reset), else OR's default 0.2."""
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Parameters of the post-update diagnostics (lmpo.losses.diagnostics), by name: these
+    override the loss's own hyper-parameter and the diagnostic's default."""
 
 
 @dataclass
 class TrainConfig:
     preset_kind: ClassVar[str] = "train"
+    replaced_keys: ClassVar[dict[str, str]] = replaced()
+    """Keys of earlier lmpo versions: a config that uses one fails with what replaced it."""
     task: str = "chain_sum"
     """A built-in task (chain_sum, products, chain_sum_steps), any reasoning-gym dataset as
     rg:<dataset>, or a path to a JSONL dataset."""
@@ -230,31 +205,27 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     kl: KLConfig = field(default_factory=KLConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    espo: ESPOConfig = field(default_factory=ESPOConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     @property
     def actor_critic(self) -> bool:
-        """The estimator needs a critic (registry metadata `needs_critic`: GAE)."""
+        """The estimator needs a critic (registry metadata `needs_critic`)."""
         from lmpo.advantages import advantage_meta, list_advantages
 
         return (self.advantage.name in list_advantages()
                 and advantage_meta(self.advantage.name)["needs_critic"])
 
-    def estimator_kwargs(self) -> dict[str, Any]:
-        a = self.advantage
-        extra = {"gamma": a.gamma, "lam": a.lam, "whiten": a.whiten} if self.actor_critic else {}
-        return extra | a.hparams
-
     def bind(self) -> Bound:
-        """The loss, aggregation, estimator and rollout controller this config names, built
-        (and, for the loss, called once on a dummy token) so that every bad value fails
-        here as a ConfigError naming its key."""
+        """The parts this config names, built (the loss called once on a dummy token), so
+        that every bad value fails here as a ConfigError naming its key."""
         import torch
 
         from lmpo.advantages import get_advantage
         from lmpo.losses import default_aggregation, get_loss
+        from lmpo.losses.diagnostics import bind_post_update
         from lmpo.rollout import build_controller
+        from lmpo.trainer.advantage import advantage_stage
 
         def bound(key: str, make):
             try:
@@ -262,108 +233,24 @@ class TrainConfig:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
 
-        loss_fn = bound("loss", lambda: get_loss(self.loss.name, **self.loss.hparams))
+        loss, adv, ctl = self.loss, self.advantage, self.controller
+        loss_fn = bound("loss", lambda: get_loss(loss.name, **loss.hparams))
         one = torch.ones(1, 1)
         bound("loss.hparams", lambda: loss_fn(one - 2, one - 2, one[0], one))
-        estimator = bound("advantage", lambda: get_advantage(self.advantage.name,
-                                                             **self.estimator_kwargs()))
-        controller = bound("espo", lambda: build_controller(
-            asdict(self.espo), total_steps=self.steps, seed=self.seed))
-        return Bound(loss_fn, self.loss.agg or default_aggregation(self.loss.name), estimator,
-                     controller)
+        return Bound(
+            loss_fn=loss_fn, agg=loss.agg or default_aggregation(loss.name),
+            estimator=bound("advantage", lambda: get_advantage(adv.name, **adv.hparams)),
+            controller=bound("controller", lambda: build_controller(
+                ctl.name, ctl.hparams, total_steps=self.steps, seed=self.seed)),
+            post_update=bound("log.diagnostics", lambda: bind_post_update(
+                loss.name, loss.hparams, self.log.diagnostics)),
+            advantages=advantage_stage(adv.name))
 
     def validate(self) -> None:
         """Fail before any work: every name resolves, every number is in range."""
-        from lmpo.advantages import list_advantages
-        from lmpo.losses import AGG_MODES, KL_KINDS
-        from lmpo.tasks import SAMPLER_KINDS, TASKS
+        from lmpo.trainer.validate import validate
 
-        r, o, lg, e = self.rollout, self.optim, self.log, self.espo
-        import_user_modules(self.imports)
-        names = list_advantages()
-        if self.advantage.name not in names:
-            raise ConfigError(f"unknown advantage {self.advantage.name!r}"
-                              f"{nearest(self.advantage.name, names)}; valid: {', '.join(names)}")
-        positive = {"steps": self.steps, "threads": self.threads,
-                    "max_nonfinite": self.max_nonfinite, "rollout.batch_size": r.batch_size,
-                    "rollout.group_size": r.group_size, "rollout.max_new_tokens": r.max_new_tokens,
-                    "rollout.pool_size": r.pool_size, "rollout.max_gen_batches": r.max_gen_batches,
-                    "optim.epochs": o.epochs,
-                    "optim.minibatches": o.minibatches,
-                    "optim.micro_batch_size": o.micro_batch_size, "log.eval_every": lg.eval_every,
-                    "log.eval_per_tier": lg.eval_per_tier,
-                    "log.eval_max_new_tokens": lg.eval_max_new_tokens,
-                    "log.eval_samples": lg.eval_samples,
-                    "log.checkpoint_every": lg.checkpoint_every,
-                    "log.policy_kl_every": lg.policy_kl_every,
-                    "reward.micro_batch_size": self.reward.micro_batch_size}
-        checks = [(v >= 1, f"{k} must be >= 1, got {v}") for k, v in positive.items()]
-        checks += [
-            (r.batch_size % max(r.group_size, 1) == 0,
-             f"rollout.batch_size {r.batch_size} is not divisible by rollout.group_size "
-             f"{r.group_size}"),
-            (r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}"),
-            (r.max_gen_batches == 1 or (r.dynamic_sampling and not self.actor_critic),
-             f"rollout.max_gen_batches {r.max_gen_batches} refills dynamic sampling's batch: it "
-             "needs rollout.dynamic_sampling and the group family"),
-            (r.sampler in SAMPLER_KINDS,
-             f"rollout.sampler {r.sampler!r} unknown; valid: {', '.join(SAMPLER_KINDS)}"),
-            (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
-            (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
-            (self.critic.lr > 0, f"critic.lr must be > 0, got {self.critic.lr}"),
-            (self.critic.value_coef > 0 or not self.actor_critic,
-             f"critic.value_coef must be > 0 for the actor-critic family (the critic would not "
-             f"learn), got {self.critic.value_coef}"),
-            (r.batch_size % o.minibatches == 0,
-             f"rollout.batch_size {r.batch_size} is not divisible by optim.minibatches "
-             f"{o.minibatches}"),
-            (lg.eval_temperature >= 0,
-             f"log.eval_temperature must be >= 0, got {lg.eval_temperature}"),
-            (lg.eval_samples == 1 or lg.eval_temperature > 0,
-             "log.eval_samples > 1 needs log.eval_temperature > 0 (greedy decoding repeats)"),
-            (self.loss.agg is None or self.loss.agg in AGG_MODES,
-             f"loss.agg {self.loss.agg!r} unknown; valid: {', '.join(AGG_MODES)}"),
-            (self.kl.kind in KL_KINDS, f"kl.kind {self.kl.kind!r} unknown; valid: {KL_KINDS}"),
-            (self.kl.mode in ("loss", "reward"),
-             f"kl.mode must be loss|reward, got {self.kl.mode!r}"),
-            (self.kl.mode == "loss" or self.actor_critic,
-             "kl.mode=reward needs the actor-critic family (advantage.name=gae)"),
-            (self.kl.coef >= 0, f"kl.coef must be >= 0, got {self.kl.coef}"),
-            (not e.enabled or self.actor_critic or e.mode in ("regret_only", "random"),
-             f"espo.mode {e.mode!r} needs the critic: set advantage.name=gae"),
-            (e.mode == "random" or (e.savings is None and e.reference is None),
-             "espo.savings and espo.reference apply only to espo.mode=random (variant F)"),
-            (not (e.enabled and e.mode == "random" and e.savings is not None
-                  and not e.measure_false_positives),
-             "espo.mode=random with espo.savings measures savings by finishing stopped "
-             "copies: set espo.measure_false_positives=true"),
-            (self.scorer_errors in ("raise", "zero"),
-             f"scorer_errors must be raise|zero, got {self.scorer_errors!r}"),
-            (self.task in TASKS or self.task.endswith(".jsonl") or self.task.startswith("rg:"),
-             f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}, "
-             "rg:<reasoning-gym dataset> or a .jsonl path"),
-            (not self.task_params or self.task.startswith("rg:"),
-             f"task_params apply only to rg:<dataset> tasks, not {self.task!r}"),
-            (self.prompt_format in PROMPT_FORMATS,
-             f"prompt_format {self.prompt_format!r} unknown; valid: {', '.join(PROMPT_FORMATS)}"),
-            (self.device in DEVICES,
-             f"device {self.device!r} unknown; valid: {', '.join(DEVICES)}"),
-            (r.dtype in ROLLOUT_DTYPES,
-             f"rollout.dtype {r.dtype!r} unknown; valid: {', '.join(ROLLOUT_DTYPES)}"),
-            (self.lora.r >= 0 and self.lora.alpha > 0 and 0 <= self.lora.dropout < 1,
-             f"lora needs r >= 0, alpha > 0 and 0 <= dropout < 1, got {self.lora}"),
-            (r.old_logp in ("rollout", "recompute"),
-             f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
-            (self.reward.model is not None or not self.reward.normalize,
-             "reward.normalize applies only with reward.model (a reward model's scores)"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(msg)
-        from lmpo.rewards import build_reward
-
-        build_reward(self.reward.fn, None)  # an unknown name or a missing function fails now
-        self.bind()
+        validate(self)
 
 
 @dataclass
@@ -373,4 +260,6 @@ class Bound:
     loss_fn: Any
     agg: str
     estimator: Any
-    controller: Any
+    controller: Any  # a rollout controller (`none` stops nothing)
+    post_update: list  # post-update diagnostics, parameters bound
+    advantages: Any  # the advantage stage of the estimator's family

@@ -37,6 +37,8 @@ class TrainBatch:
     ref_logp: torch.Tensor | None = None  # [B, T], when a KL term needs it
     old_values: torch.Tensor | None = None  # [B, T], actor-critic only
     returns: torch.Tensor | None = None  # [B, T], actor-critic only
+    pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
+    # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
 
 
 EXTREMES = ("_min", "_max")
@@ -61,7 +63,7 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
     on a non-finite term it stops before that micro-batch's backward."""
     resp_mask = batch.resp_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
-              # Dr. GRPO's horizon is the fixed generation budget, not this batch's longest row
+              # seq-mean-token-sum-norm's horizon: the fixed generation budget, not the longest row
               "horizon": cfg.rollout.max_new_tokens}
     t = resp_mask.shape[1]
     sums: dict[str, float] = defaultdict(float)

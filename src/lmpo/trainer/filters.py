@@ -1,10 +1,13 @@
-"""DAPO's dynamic sampling with refill: draw more prompt batches until the step's batch is
-full of groups whose rewards vary.
+"""Batch filters: which generated samples enter the update.
 
-DAPO (and verl's recipe, `max_num_gen_batches`) over-samples: a group whose rewards are
-all equal has zero advantage, so it is dropped and another batch of prompts is
-generated, until `batch_size / G` varied groups are kept or `rollout.max_gen_batches`
-generation rounds have run (then the step trains on the groups it has: never silent,
+A filter is a component of the run (`build_filter`) with two calls: `collect(draw)`
+runs the generation rounds of one step (one `draw()`, or more to refill what it drops)
+and `keep(scores, group_ids)` names the samples that take part in the update, each with
+its own metrics. `KeepAll` keeps everything. `VariedGroups` is dynamic sampling
+(`rollout.dynamic_sampling`): a group whose rewards are all equal has zero advantage, so
+it is dropped; with `rollout.max_gen_batches` > 1 more prompt batches are generated
+(verl's `max_num_gen_batches`) until `batch_size / G` varied groups are kept or that many
+rounds have run (then the step trains on the groups it has: never silent,
 `data/gen_batches` and `data/groups_dropped` say what happened). Surplus varied groups
 of the last round are not used (`data/groups_unused`). Every generated token counts in
 `tokens/generated`: refilling is what dynamic sampling costs.
@@ -18,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lmpo.advantages import nonzero_variance_groups
 from lmpo.rollout.types import Rollout
 
 
@@ -110,3 +114,45 @@ def concat(parts: list[Rollout], pad_token_id: int, num_generated: int) -> Rollo
         regret=torch.cat([_pad(r.regret, t, 0.0) for r in parts]),
         values=values, stop_reason=[s for r in parts for s in r.stop_reason],
         num_generated=num_generated, lengths=torch.cat([r.lengths for r in parts]))
+
+
+class KeepAll:
+    """No filter: one generation round, every sample in the update."""
+
+    def collect(self, draw: Callable[[], Drawn]) -> tuple[Drawn, dict]:
+        return draw(), {}
+
+    def keep(self, scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return torch.arange(len(scores)), {}
+
+
+@dataclass
+class VariedGroups:
+    """Dynamic sampling: drop the groups whose rewards are all equal, refilling the batch
+    for up to `max_batches` generation rounds (1 = drop without refill)."""
+
+    group: int
+    max_batches: int
+    pad_token_id: int
+
+    def collect(self, draw: Callable[[], Drawn]) -> tuple[Drawn, dict]:
+        first = draw()
+        if self.max_batches == 1:
+            return first, {}
+        return refill(first, draw, group=self.group, max_batches=self.max_batches,
+                      pad_token_id=self.pad_token_id)
+
+    def keep(self, scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        keep, dropped = nonzero_variance_groups(scores, group_ids)
+        return keep, {"data/groups_dropped": float(dropped)}  # a refill's count wins
+
+
+FILTER_KEYS = ("rollout.dynamic_sampling", "rollout.max_gen_batches")  # the filter's config
+
+
+def build_filter(rollout_cfg, pad_token_id: int):
+    """The filter `rollout.dynamic_sampling` / `rollout.max_gen_batches` ask for."""
+    if not rollout_cfg.dynamic_sampling:
+        return KeepAll()
+    return VariedGroups(rollout_cfg.group_size, rollout_cfg.max_gen_batches, pad_token_id)
+

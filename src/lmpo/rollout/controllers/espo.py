@@ -13,7 +13,7 @@ beta is a fixed, hand-set threshold as in the paper; `adapt_beta=True` (an lmpo
 extension, off by default) moves it toward a target stop rate after every batch.
 Ablations (`mode`): "regret_only" (V replaced by 1), "value_only" (z replaced by
 1); random stopping at the same token savings (variant F) is
-`lmpo.rollout.controller.RandomStop`.
+`lmpo.rollout.controllers.random_stop.RandomStop`.
 
 Critic warm-up (relative, so it means the same at any reward scale): stopping
 stays off until the value loss has fallen to `warmup_loss_frac` of its level
@@ -29,14 +29,18 @@ import math
 
 import torch
 
-from lmpo.rollout.controller import CONTROLLERS, StopAccounting
+from lmpo.rollout.controllers.base import StopAccounting
+from lmpo.rollout.controllers.random_stop import STOP_DIAGNOSTICS
+from lmpo.rollout.controllers.registry import CONTROLLERS
 
 MODES = ("full", "regret_only", "value_only")
 
 
-@CONTROLLERS.register("espo", diagnostics=("espo/stop_rate", "espo/savings_cum",
-                                          "espo/false_positive_rate",
-                                          "espo/stop_position_mean"))
+@CONTROLLERS.register("espo", diagnostics=STOP_DIAGNOSTICS, title="ESPO",
+                      source="arXiv 2605.29860",
+                      summary="stops failing rollouts mid-flight when smoothed regret exceeds "
+                              "beta * max(V, eps_v), after a relative critic warm-up; "
+                              "absorbing r_fail")
 class ESPO(StopAccounting):
     def __init__(self, *, mode: str = "full", beta: float = 2.0, adapt_beta: bool = False,
                  target_rate: float = 0.25, beta_lr: float = 0.1, beta_min: float = 0.05,
@@ -45,8 +49,10 @@ class ESPO(StopAccounting):
                  warmup: bool = True, warmup_baseline_steps: int = 1,
                  warmup_loss_frac: float = 0.5, warmup_rel_change: float = 0.2,
                  warmup_patience: int = 3, warmup_force_frac: float = 0.1,
-                 total_steps: int | None = None, min_tokens: int = 1, seed: int = 0):
-        super().__init__(r_fail=r_fail, min_tokens=min_tokens)
+                 total_steps: int | None = None, min_tokens: int = 1,
+                 measure_false_positives: bool = True, seed: int = 0):
+        super().__init__(r_fail=r_fail, min_tokens=min_tokens,
+                         measure_false_positives=measure_false_positives)
         if mode not in MODES:
             raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
                              "(and 'random' for variant F)")

@@ -1,0 +1,87 @@
+"""`lmpo methods`: the registered methods, from the registries' metadata.
+
+Every loss, advantage estimator and rollout controller registers its `title`, `source`
+and one-line `summary`; the presets that set it are read from the preset files. The
+README's Methods table is this table (`lmpo methods --readme README.md` rewrites it
+between its markers; a test checks it is current), so a new method is written in its
+own files and the README is regenerated, never edited by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from lmpo import presets
+
+BEGIN = "<!-- methods table: `lmpo methods --readme README.md` writes it; do not edit -->"
+END = "<!-- end of the methods table -->"
+SECTIONS = ("loss", "advantage", "controller")
+
+
+def registries():
+    from lmpo.advantages.base import ADVANTAGES
+    from lmpo.losses.registry import LOSSES
+    from lmpo.rollout.controllers.registry import CONTROLLERS
+
+    return {"loss": LOSSES, "advantage": ADVANTAGES, "controller": CONTROLLERS}
+
+
+def preset_parts() -> dict[tuple[str, str], list[str]]:
+    """{(section, name): presets that set it}: a preset sets a part when its own file names
+    it, changes its section, or is named after it."""
+    from lmpo.config import load_config
+    from lmpo.trainer.train_config import TrainConfig
+
+    out: dict[tuple[str, str], list[str]] = {}
+    for name in presets.names("train"):
+        own = yaml.safe_load(presets.find(name, "train").read_text()) or {}
+        cfg = load_config(TrainConfig, name)
+        for section in SECTIONS:
+            part = getattr(cfg, section).name
+            if section in own or name == part:
+                out.setdefault((section, part), []).append(name)
+    return out
+
+
+def rows() -> list[dict]:
+    """One row per registered method (the `none` controller is the absence of one)."""
+    used = preset_parts()
+    out = []
+    for section, registry in registries().items():
+        for name in registry.names():
+            meta = registry.meta(name)
+            if section == "controller" and name == "none":
+                continue
+            out.append({"kind": section, "name": name, "title": meta["title"],
+                        "source": meta["source"], "summary": meta["summary"],
+                        "presets": used.get((section, name), [])})
+    return out
+
+
+def markdown() -> str:
+    lines = ["| kind | name | method | source | what it does | presets |",
+             "|---|---|---|---|---|---|"]
+    for r in rows():
+        shown = ", ".join(f"`{p}`" for p in r["presets"]) or "-"
+        lines.append(f"| {r['kind']} | `{r['name']}` | {r['title']} | {r['source']} | "
+                     f"{r['summary']} | {shown} |")
+    return "\n".join(lines)
+
+
+def readme_block() -> str:
+    return f"{BEGIN}\n{markdown()}\n{END}"
+
+
+def rewrite_readme(path: str | Path) -> bool:
+    """Replace the block between the markers in `path`; True if it changed."""
+    path = Path(path)
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{path} has no methods table markers ({BEGIN!r} ... {END!r})")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    new = head + readme_block() + tail
+    path.write_text(new)
+    return new != text

@@ -1,0 +1,109 @@
+"""ESPO's variant F: random stopping at the same token savings (the paper's ablation)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from lmpo.rollout.controllers.base import StopAccounting
+from lmpo.rollout.controllers.registry import CONTROLLERS
+
+STOP_DIAGNOSTICS = ("espo/stop_rate", "espo/savings_cum", "espo/false_positive_rate",
+                    "espo/stop_position_mean")
+
+
+def reference_tokens(path: str | Path) -> list[float]:
+    """Cumulative generated tokens per step (`tokens/cumulative`) of a reference run:
+    its run directory or its metrics.jsonl."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise ValueError(f"reference run {path} does not exist")
+    curve = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+            curve.append(float(row["tokens/cumulative"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}:{lineno}: not a metrics row with tokens/cumulative") \
+                from None
+    if not curve:
+        raise ValueError(f"reference run {path} has no metrics rows")
+    return curve
+
+
+@CONTROLLERS.register("random_stop", diagnostics=STOP_DIAGNOSTICS,
+                      title="ESPO variant F", source="arXiv 2605.29860",
+                      summary="random stopping at the same token savings as an ESPO run "
+                              "(ESPO's ablation)")
+class RandomStop(StopAccounting):
+    """ESPO's variant F: stop positions drawn at random, at the same token savings.
+
+    Every active row stops at each step with probability `hazard` (positions are
+    memoryless, independent of the sequence). After each step the hazard moves so
+    that the cumulative generated tokens track a target: `(1 - savings) x` the
+    tokens this run would have generated unstopped (measured by finishing the
+    stopped copies), or the `tokens/cumulative` curve of a `reference` ESPO run
+    (extended at its last per-step rate if this run is longer).
+    """
+
+    needs_values = False
+
+    def __init__(self, *, savings: float | None = None, reference: str | None = None,
+                 hazard: float = 0.02, gain: float = 2.0, r_fail: float = -1.0,
+                 min_tokens: int = 1, measure_false_positives: bool = True, seed: int = 0):
+        super().__init__(r_fail=r_fail, min_tokens=min_tokens,
+                         measure_false_positives=measure_false_positives)
+        if (savings is None) == (reference is None):
+            raise ValueError("random stopping needs exactly one target: savings (a fraction) "
+                             "or reference (an ESPO run whose token curve it tracks)")
+        if savings is not None and not 0 < savings < 1:
+            raise ValueError(f"savings must be in (0, 1), got {savings}")
+        if savings is not None and not measure_false_positives:
+            raise ValueError("random stopping at a savings fraction measures the savings by "
+                             "finishing stopped copies: set measure_false_positives=true")
+        if not 0 < hazard < 1:
+            raise ValueError(f"hazard must be in (0, 1), got {hazard}")
+        self.savings_target, self.reference = savings, reference
+        self.curve = reference_tokens(reference) if reference is not None else None
+        self.hazard, self.gain = hazard, gain
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def step(self, rows, regret, values, t):
+        if t + 1 < self.min_tokens:
+            return torch.zeros(len(rows), dtype=torch.bool)
+        stop = torch.rand(len(rows), generator=self.gen) < self.hazard
+        self._stopped[rows] |= stop
+        return stop
+
+    def target_tokens(self, step: int) -> float:
+        """Cumulative tokens this run should have generated after `step`."""
+        if self.curve is None:
+            return (1 - self.savings_target) * (self.tokens_cum + self.extra_cum)
+        if step <= len(self.curve):
+            return self.curve[step - 1]
+        rate = self.curve[-1] / len(self.curve)
+        return self.curve[-1] + rate * (step - len(self.curve))
+
+    def observe(self, row: dict, step: int) -> None:
+        super().observe(row, step)
+        target = self.target_tokens(step)
+        if target > 0:
+            error = (self.tokens_cum - target) / target  # > 0: too many tokens, stop more
+            self.hazard = min(max(self.hazard * math.exp(self.gain * error), 1e-4), 0.5)
+
+    def metrics(self) -> dict[str, float]:
+        return super().metrics() | {"espo/hazard": self.hazard}
+
+    _STATE = ("hazard",)
+
+    def state_dict(self) -> dict:
+        return self._state(self._STATE) | {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._load(state, self._STATE)
+        self.gen.set_state(state["gen"])

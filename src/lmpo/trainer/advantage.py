@@ -1,0 +1,58 @@
+"""The advantage stage: one call shape for both estimator families.
+
+`advantage_stage(name)` picks, by the estimator's registry metadata `needs_critic`, one
+of two functions with the same signature `(state, batch, scored, cfg) -> metrics` that
+fill `batch.adv` ([B, T]) and, with a critic, `batch.old_values` and `batch.returns`:
+
+- the critic family scores the last token of each response, takes the KL to the
+  reference out of the token rewards when `kl.mode: reward`, and runs the estimator over
+  the critic's values;
+- the group family runs the estimator over the sequence scores and their group ids (and
+  clusters) and broadcasts each sequence's advantage over its tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lmpo.advantages import advantage_meta
+from lmpo.trainer.batch import critic_values, explained_variance
+
+
+def critic_advantages(state, batch, scored, cfg) -> dict:
+    b, t = batch.resp_ids.shape
+    with torch.no_grad():
+        batch.old_values = critic_values(state.critic, batch.ids, batch.mask, t) * batch.resp_mask
+    rewards = torch.zeros(b, t, device=batch.resp_ids.device)
+    rewards[torch.arange(b), scored.rollout.lengths - 1] = scored.scores.to(rewards.device)
+    if cfg.kl.coef > 0 and cfg.kl.mode == "reward":
+        rewards = rewards - cfg.kl.coef * (batch.old_logp - batch.ref_logp) * batch.resp_mask
+    batch.adv, batch.returns, metrics = state.estimator(rewards, batch.old_values,
+                                                        batch.resp_mask)
+    return metrics | {"value/explained_variance": explained_variance(
+        batch.old_values, batch.returns, batch.resp_mask)}
+
+
+def group_advantages(state, batch, scored, cfg) -> dict:
+    b, t = batch.resp_ids.shape
+    tiers = [p.cluster for p in scored.problems]
+    seq_adv, metrics = state.estimator(scored.scores, scored.group_ids, clusters=tiers)
+    batch.adv = seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+    return metrics | token_zero_frac(seq_adv, scored.rollout.response_mask, tiers)
+
+
+def advantage_stage(name: str):
+    """The stage function for estimator `name`'s family."""
+    return critic_advantages if advantage_meta(name)["needs_critic"] else group_advantages
+
+
+def token_zero_frac(seq_adv: torch.Tensor, resp_mask: torch.Tensor,
+                    tiers: list[str]) -> dict[str, float]:
+    """`adv/zero_frac` as a share of response tokens with A == 0, overall and per tier."""
+    zero = (seq_adv == 0).to(resp_mask.dtype)[:, None] * resp_mask  # [B, T]
+    tokens = resp_mask.sum(-1)
+    out = {"adv/zero_frac": float(zero.sum() / tokens.sum().clamp(min=1))}
+    for tier in dict.fromkeys(tiers):
+        sel = torch.tensor([x == tier for x in tiers])
+        out[f"adv/zero_frac/{tier}"] = float(zero[sel].sum() / tokens[sel].sum().clamp(min=1))
+    return out

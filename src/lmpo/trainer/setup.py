@@ -1,0 +1,149 @@
+"""Opening a run: checks before any work, the policy and its parts, the run's state
+(`RunState`, resumed from the newest checkpoint), the held-out set, the logs."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lmpo.config import ConfigError, save_config
+from lmpo.evaluate import evaluate
+from lmpo.faults import CRASH_ENV, parse_crash_spec
+from lmpo.models import ValueModel, load_policy
+from lmpo.tasks import Sampler, get_task
+from lmpo.tasks.heldout import heldout_split, sample_excluding
+from lmpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, read_rows, truncate_rows
+from lmpo.trainer.resume import check_resumable
+from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
+from lmpo.trainer.state import RunState
+from lmpo.trainer.train_config import Bound, TrainConfig
+from lmpo.warmstart import resolve_policy
+
+
+@dataclass
+class Run:
+    """An open run: its directory, config, parts, state and logs."""
+
+    dir: Path
+    cfg: TrainConfig
+    bound: Bound
+    task: object
+    rt: Runtime
+    heldout: object
+    state: RunState
+    writer: object = None  # TensorBoard, when log.tensorboard
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.dir / "metrics.jsonl"
+
+    def evaluate(self) -> dict:
+        cfg, rt = self.cfg, self.rt
+        return evaluate(self.state.policy, rt.tokenizer, self.task, self.heldout.problems,
+                        max_new_tokens=cfg.log.eval_max_new_tokens,
+                        trained_tiers=cfg.rollout.clusters,
+                        temperature=cfg.log.eval_temperature, samples=cfg.log.eval_samples,
+                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids)
+
+    def log_scalars(self, row: dict, step: int) -> None:
+        if self.writer:
+            for k, v in row.items():
+                if k != "step":
+                    self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+
+
+def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
+             verbose: bool) -> Run:
+    """Check, build and (with `resume`) restore the run in `run_dir`; evaluate the
+    starting policy once (kept in the state, so a resumed run does not redo it)."""
+    metrics_path = run_dir / "metrics.jsonl"
+    if not resume and read_rows(metrics_path):
+        raise ConfigError(f"{run_dir} already holds a run (metrics.jsonl); pass --resume to "
+                          "continue it or choose a new --run-dir")
+    parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume:
+        check_resumable(run_dir / "config.yaml", cfg)
+    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build the warm start
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    run = build_run(cfg, run_dir, policy_dir, progress=progress)
+    if verbose:
+        print(f"held-out set ({cfg.task}): {run.heldout.describe()}", flush=True)
+    if ckpt is not None:
+        run.state.load_state_dict(load_checkpoint(ckpt))
+    if metrics_path.exists():
+        truncate_rows(metrics_path, run.state.step)
+    save_config(cfg, run_dir / "config.yaml")
+    if cfg.log.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        run.writer = SummaryWriter(str(run_dir / "tb"), purge_step=run.state.step + 1)
+    if run.state.before is None:
+        run.state.before = run.evaluate()
+    return run
+
+
+def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bool) -> Run:
+    """The policy, its reference and critic, the task, the runtime and a fresh state."""
+    bound = cfg.bind()
+    policy, tok = load_policy(policy_dir)
+    policy.to(resolve_device(cfg.device)).train()
+    critic = ValueModel.from_policy(policy) if cfg.actor_critic else None  # before adapters
+    policy, reference = prepare_policy(policy, cfg)
+    task = get_task(cfg.task, cfg.task_params or None)
+    rt = Runtime.build(cfg, policy, tok, task, progress=progress)
+    heldout = heldout_split(task, cfg.log.eval_per_tier)
+    state = RunState(
+        policy=policy, reference=reference,
+        opt=torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad],
+                              lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay),
+        sampler=Sampler(training_pool(task, cfg, heldout.prompts),
+                        cfg.rollout.batch_size // cfg.rollout.group_size,
+                        kind=cfg.rollout.sampler, seed=cfg.seed, order=task.clusters),
+        estimator=bound.estimator, critic=critic,
+        critic_opt=torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None,
+        controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
+        rngs={"sample": torch.Generator().manual_seed(cfg.seed),
+              "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
+    return Run(run_dir, cfg, bound, task, rt, heldout, state)
+
+
+def training_pool(task, cfg: TrainConfig, exclude: frozenset[str]) -> list:
+    """The fixed problem pool, spread evenly over `rollout.clusters` (or every tier),
+    drawn outside the held-out set `exclude`."""
+    rng = random.Random(cfg.seed)
+    clusters = cfg.rollout.clusters
+    if not clusters:
+        return sample_excluding(task, cfg.rollout.pool_size, rng, exclude)
+    unknown = [c for c in clusters if c not in task.clusters]
+    if unknown:
+        raise ConfigError(f"rollout.clusters {unknown} unknown for task {cfg.task}; "
+                          f"tiers: {', '.join(task.clusters)}")
+    per = max(1, cfg.rollout.pool_size // len(clusters))
+    return [p for c in clusters for p in sample_excluding(task, per, rng, exclude, cluster=c)]
+
+
+def progress_bar(cfg: TrainConfig, done: int, progress: bool):
+    """(bar, job): the live progress line (reward, accuracy, entropy, tokens per second)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(f"[bold]{cfg.loss.name}/{cfg.advantage.name}"), BarColumn(),
+                   TextColumn("{task.completed}/{task.total} reward {task.fields[reward]:.3f} "
+                              "acc {task.fields[acc]:.2f} H {task.fields[ent]:.3f} "
+                              "{task.fields[tps]:.0f} tok/s"),
+                   TimeElapsedColumn(), disable=not progress)
+    job = bar.add_task("train", total=cfg.steps, completed=done, reward=0.0, acc=0.0,
+                       ent=0.0, tps=0.0)
+    bar.start()
+    return bar, job

@@ -1,0 +1,181 @@
+"""The stages of one training step, in the order `train_step` runs them.
+
+draw and score -> the usable samples -> training tensors and anchors -> (advantages,
+`lmpo.trainer.advantage`) -> (update, `lmpo.trainer.update`) -> post-update diagnostics
+-> the step's metrics. What differs between methods comes in through the run's parts:
+the rollout controller (stopping, scoring a stopped response, its own diagnostics), the
+batch filter, the estimator's family and the loss's post-update diagnostics.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lmpo.masked import masked_mean
+from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
+from lmpo.rollout.types import Rollout
+from lmpo.trainer.batch import forward_logprobs, score_rollout
+from lmpo.trainer.filters import Drawn
+from lmpo.trainer.update import TrainBatch
+
+
+@dataclass
+class Clock:
+    """Wall time of the step's stages: generation is summed over the rounds it took."""
+
+    start: float = field(default_factory=time.perf_counter)
+    generation: float = 0.0
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def times(self, generated: int) -> dict[str, float]:
+        rollout_end = self.start + self.generation
+        end = time.perf_counter()
+        m = self.marks
+        return {"time/rollout": self.generation, "time/scoring": m["scored"] - rollout_end,
+                "time/controller": m["diagnosed"] - m["scored"],
+                "time/update": m["updated"] - m["diagnosed"], "time/step": end - self.start,
+                "time/tokens_per_s": generated / max(self.generation, 1e-9)}
+
+
+def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict, dict]:
+    """The step's generation rounds (as the batch filter asks), scored, and the rollout
+    controller's diagnostics of them. Returns (drawn, filter metrics, controller metrics)."""
+    group, controller = cfg.rollout.group_size, state.controller
+
+    def draw() -> Drawn:  # one generation round, scored
+        t0 = time.perf_counter()
+        problems = [p for p in state.sampler.next_batch() for _ in range(group)]
+        values = IncrementalValues(state.critic) if controller.needs_values else None
+        with sampling_mode(state.policy):
+            rollout = sample(rt.rollout_model(), [rt.encode(p.prompt) for p in problems],
+                             max_new_tokens=cfg.rollout.max_new_tokens,
+                             temperature=cfg.rollout.temperature, eos_token_id=rt.stop_ids,
+                             pad_token_id=rt.tokenizer.pad_token_id,
+                             generator=state.rngs["sample"], value_fn=values, stopper=controller)
+        clock.generation += time.perf_counter() - t0
+        scored, hits, errors = score_rollout(rt.reward, problems, rollout.texts(rt.tokenizer),
+                                             rollout.stop_reason,
+                                             stop_score=controller.stop_score,
+                                             on_error=cfg.scorer_errors)
+        return Drawn(problems, rollout, scored, hits, errors)
+
+    drawn, filter_metrics = rt.filter.collect(draw)
+    clock.mark("scored")
+    with sampling_mode(state.policy):  # the controller's diagnostics sample with the policy
+        diag = controller.diagnose(RolloutContext(
+            policy=state.policy, tokenizer=rt.tokenizer, problems=drawn.problems,
+            rollout=drawn.rollout, max_new_tokens=cfg.rollout.max_new_tokens,
+            temperature=cfg.rollout.temperature, seed=cfg.seed * 1_000_003 + step,
+            reward=rt.reward, eos_ids=rt.stop_ids))
+    clock.mark("diagnosed")
+    return drawn, filter_metrics, diag
+
+
+@dataclass
+class Scored:
+    """The samples that take part in the update: those with a score (None drops one)."""
+
+    problems: list
+    rollout: Rollout
+    scores: torch.Tensor  # [B'] float32
+    group_ids: torch.Tensor  # [B']
+    correct: torch.Tensor  # [B] exact correctness of every generated sample
+    scorer_errors: int
+    unscored: int
+
+
+def usable(drawn: Drawn, group: int) -> Scored:
+    """The scored samples of `drawn` (a sample its reward function scored None takes no
+    part in the update, as in TRL); `scores` is empty when none is left."""
+    group_ids = torch.arange(len(drawn.problems)) // group
+    used = torch.tensor([i for i, s in enumerate(drawn.scored) if s is not None],
+                        dtype=torch.long)
+    rollout, problems = drawn.rollout, drawn.problems
+    if 0 < len(used) < len(drawn.scored):
+        rollout, group_ids = rollout.select(used), group_ids[used]
+        problems = [problems[i] for i in used.tolist()]
+    return Scored(problems, rollout,
+                  torch.tensor([s for s in drawn.scored if s is not None], dtype=torch.float32),
+                  group_ids, torch.tensor([float(ok) for ok in drawn.hits]),
+                  drawn.scorer_errors, len(drawn.scored) - len(used))
+
+
+def training_batch(step: int, cfg, state, scored: Scored, device) -> tuple[TrainBatch, dict]:
+    """The update's tensors and anchors: the behaviour log-probs (or their float32
+    recompute), the float32 pre-update log-probs where a diagnostic or the anchor needs
+    them (with `rollout/logp_mismatch`), and the reference's log-probs where a KL needs
+    them."""
+    rollout, row = scored.rollout, {}
+    ids, mask = (x.to(device) for x in rollout.full_sequences())
+    resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
+    old_logp, temperature = rollout.logp.to(device), cfg.rollout.temperature
+    pre_update = None
+    if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32" \
+            or diagnostic_step(step, cfg):
+        with torch.no_grad():
+            recomputed, _ = forward_logprobs(state.policy, ids, mask, resp_ids, temperature,
+                                             with_entropy=False)
+        row["rollout/logp_mismatch"] = float(masked_mean((old_logp - recomputed).abs(),
+                                                         resp_mask))
+        pre_update = recomputed * resp_mask
+        if cfg.rollout.old_logp == "recompute":
+            old_logp = pre_update
+    ref_logp = None
+    if cfg.kl.coef > 0 or diagnostic_step(step, cfg):
+        with torch.no_grad():
+            ref_logp, _ = forward_logprobs(state.reference, ids, mask, resp_ids, temperature,
+                                           with_entropy=False)
+    return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
+                      keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
+                      pre_update=pre_update), row
+
+
+def diagnostic_step(step: int, cfg) -> bool:
+    """Steps 1, 1 + N, 1 + 2N, ... (N = log.policy_kl_every) run the diagnostic passes."""
+    return (step - 1) % cfg.log.policy_kl_every == 0
+
+
+def after_update(step: int, cfg, state, bound, batch: TrainBatch, updates: float) -> dict:
+    """A float32 pass over the batch after the update, on diagnostic steps (and on a step
+    that trained nothing, for its entropy): the KL between consecutive policies (k3; a
+    low-precision rollout's mismatch is rollout/logp_mismatch, not a step the update took)
+    and the loss's post-update diagnostics; the KL to the reference wherever it exists."""
+    row = {}
+    if diagnostic_step(step, cfg) or updates == 0:
+        with torch.no_grad():
+            new_logp, ent = forward_logprobs(state.policy, batch.ids, batch.mask,
+                                             batch.resp_ids, cfg.rollout.temperature)
+        if updates == 0:  # nothing trained (all groups dropped, or every update skipped)
+            row["policy/entropy"] = float(masked_mean(ent, batch.resp_mask))
+        if diagnostic_step(step, cfg):
+            step_rho = new_logp - batch.pre_update
+            row["kl/consecutive"] = float(masked_mean(
+                torch.exp(step_rho.clamp(-20, 20)) - 1 - step_rho, batch.resp_mask))
+            for diagnostic in bound.post_update:
+                row |= diagnostic(new_logp, batch.old_logp, batch.adv, batch.resp_mask)
+    if batch.ref_logp is not None:
+        row["kl/ref"] = float(masked_mean(batch.old_logp - batch.ref_logp, batch.resp_mask))
+    return row
+
+
+def step_metrics(state, scored: Scored, lr: float) -> dict:
+    """What every step logs about its samples, its tokens and its updates."""
+    scores, generated = scored.scores, scored.rollout.num_generated
+    state.counters.tokens += generated
+    return {"reward/mean": float(scores.mean()) if len(scores) else 0.0,
+            "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
+            "reward/accuracy": float(scored.correct.mean()),
+            "tokens/generated": float(generated),
+            "tokens/cumulative": float(state.counters.tokens),
+            "response/length_mean": float(scored.rollout.lengths.float().mean()),
+            "data/scorer_errors": float(scored.scorer_errors),
+            "train/skipped_updates": float(state.counters.skipped), "lr": lr}

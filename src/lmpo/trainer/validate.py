@@ -1,0 +1,140 @@
+"""`TrainConfig.validate`: every name resolves and every number is in range before any
+work, each failure one line that names the key. The checks come in groups, one function
+each; the parts' own hyper-parameters are checked by building them (`TrainConfig.bind`).
+"""
+
+from __future__ import annotations
+
+from lmpo.config import ConfigError
+from lmpo.registry import nearest
+from lmpo.user_modules import import_user_modules
+
+PROMPT_FORMATS = ("auto", "raw", "chat")
+DEVICES = ("auto", "cpu", "cuda")
+ROLLOUT_DTYPES = ("float32", "bfloat16")
+
+
+def validate(cfg) -> None:
+    """Raise ConfigError on the first failed check of `cfg` (a TrainConfig)."""
+    import_user_modules(cfg.imports)  # your own parts register before their names resolve
+    check_names(cfg)
+    for ok, msg in [*counts(cfg), *rollout_checks(cfg), *optim_checks(cfg),
+                    *setting_checks(cfg)]:
+        if not ok:
+            raise ConfigError(msg)
+    from lmpo.rewards import build_reward
+
+    build_reward(cfg.reward.fn, None)  # an unknown name or a missing function fails now
+    check_parts(cfg)
+
+
+def check_names(cfg) -> None:
+    from lmpo.advantages import list_advantages
+    from lmpo.rollout import list_controllers
+
+    for key, name, names in (("advantage", cfg.advantage.name, list_advantages()),
+                             ("controller", cfg.controller.name, list_controllers())):
+        if name not in names:
+            raise ConfigError(f"unknown {key} {name!r}{nearest(name, names)}; valid: "
+                              f"{', '.join(names)}")
+
+
+def counts(cfg) -> list[tuple[bool, str]]:
+    r, o, lg = cfg.rollout, cfg.optim, cfg.log
+    positive = {"steps": cfg.steps, "threads": cfg.threads, "max_nonfinite": cfg.max_nonfinite,
+                "rollout.batch_size": r.batch_size, "rollout.group_size": r.group_size,
+                "rollout.max_new_tokens": r.max_new_tokens, "rollout.pool_size": r.pool_size,
+                "rollout.max_gen_batches": r.max_gen_batches, "optim.epochs": o.epochs,
+                "optim.minibatches": o.minibatches, "optim.micro_batch_size": o.micro_batch_size,
+                "log.eval_every": lg.eval_every, "log.eval_per_tier": lg.eval_per_tier,
+                "log.eval_max_new_tokens": lg.eval_max_new_tokens,
+                "log.eval_samples": lg.eval_samples, "log.checkpoint_every": lg.checkpoint_every,
+                "log.policy_kl_every": lg.policy_kl_every,
+                "reward.micro_batch_size": cfg.reward.micro_batch_size}
+    return [(v >= 1, f"{k} must be >= 1, got {v}") for k, v in positive.items()]
+
+
+def rollout_checks(cfg) -> list[tuple[bool, str]]:
+    from lmpo.tasks import SAMPLER_KINDS
+
+    r = cfg.rollout
+    return [
+        (r.batch_size % max(r.group_size, 1) == 0,
+         f"rollout.batch_size {r.batch_size} is not divisible by rollout.group_size "
+         f"{r.group_size}"),
+        (r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}"),
+        (not r.dynamic_sampling or not cfg.actor_critic,
+         "rollout.dynamic_sampling drops groups whose rewards are all equal: it needs the "
+         "group family (an estimator without a critic)"),
+        (r.max_gen_batches == 1 or r.dynamic_sampling,
+         f"rollout.max_gen_batches {r.max_gen_batches} refills dynamic sampling's batch: it "
+         "needs rollout.dynamic_sampling and the group family"),
+        (r.sampler in SAMPLER_KINDS,
+         f"rollout.sampler {r.sampler!r} unknown; valid: {', '.join(SAMPLER_KINDS)}"),
+        (r.dtype in ROLLOUT_DTYPES,
+         f"rollout.dtype {r.dtype!r} unknown; valid: {', '.join(ROLLOUT_DTYPES)}"),
+        (r.old_logp in ("rollout", "recompute"),
+         f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
+    ]
+
+
+def optim_checks(cfg) -> list[tuple[bool, str]]:
+    from lmpo.losses import AGG_MODES, KL_KINDS
+
+    o, kl = cfg.optim, cfg.kl
+    return [
+        (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
+        (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
+        (cfg.critic.lr > 0, f"critic.lr must be > 0, got {cfg.critic.lr}"),
+        (cfg.critic.value_coef > 0 or not cfg.actor_critic,
+         f"critic.value_coef must be > 0 for the actor-critic family (the critic would not "
+         f"learn), got {cfg.critic.value_coef}"),
+        (cfg.rollout.batch_size % o.minibatches == 0,
+         f"rollout.batch_size {cfg.rollout.batch_size} is not divisible by optim.minibatches "
+         f"{o.minibatches}"),
+        (cfg.loss.agg is None or cfg.loss.agg in AGG_MODES,
+         f"loss.agg {cfg.loss.agg!r} unknown; valid: {', '.join(AGG_MODES)}"),
+        (kl.kind in KL_KINDS, f"kl.kind {kl.kind!r} unknown; valid: {KL_KINDS}"),
+        (kl.mode in ("loss", "reward"), f"kl.mode must be loss|reward, got {kl.mode!r}"),
+        (kl.mode == "loss" or cfg.actor_critic,
+         "kl.mode=reward needs the actor-critic family (an estimator that trains a critic)"),
+        (kl.coef >= 0, f"kl.coef must be >= 0, got {kl.coef}"),
+        (cfg.lora.r >= 0 and cfg.lora.alpha > 0 and 0 <= cfg.lora.dropout < 1,
+         f"lora needs r >= 0, alpha > 0 and 0 <= dropout < 1, got {cfg.lora}"),
+    ]
+
+
+def setting_checks(cfg) -> list[tuple[bool, str]]:
+    from lmpo.tasks import TASKS
+
+    lg = cfg.log
+    return [
+        (lg.eval_temperature >= 0,
+         f"log.eval_temperature must be >= 0, got {lg.eval_temperature}"),
+        (lg.eval_samples == 1 or lg.eval_temperature > 0,
+         "log.eval_samples > 1 needs log.eval_temperature > 0 (greedy decoding repeats)"),
+        (cfg.scorer_errors in ("raise", "zero"),
+         f"scorer_errors must be raise|zero, got {cfg.scorer_errors!r}"),
+        (cfg.task in TASKS or cfg.task.endswith(".jsonl") or cfg.task.startswith("rg:"),
+         f"unknown task {cfg.task!r}; valid tasks: {', '.join(TASKS)}, "
+         "rg:<reasoning-gym dataset> or a .jsonl path"),
+        (not cfg.task_params or cfg.task.startswith("rg:"),
+         f"task_params apply only to rg:<dataset> tasks, not {cfg.task!r}"),
+        (cfg.prompt_format in PROMPT_FORMATS,
+         f"prompt_format {cfg.prompt_format!r} unknown; valid: {', '.join(PROMPT_FORMATS)}"),
+        (cfg.device in DEVICES, f"device {cfg.device!r} unknown; valid: {', '.join(DEVICES)}"),
+        (cfg.reward.model is not None or not cfg.reward.normalize,
+         "reward.normalize applies only with reward.model (a reward model's scores)"),
+    ]
+
+
+def check_parts(cfg) -> None:
+    """Build the parts (their own hyper-parameter checks), then what they ask of the run."""
+    controller = cfg.bind().controller
+    if controller.needs_values and not cfg.actor_critic:
+        from lmpo.advantages import advantage_meta, list_advantages
+
+        critics = [n for n in list_advantages() if advantage_meta(n)["needs_critic"]]
+        raise ConfigError(f"controller {cfg.controller.name!r} (with these hparams) needs the "
+                          "critic's per-step values: set advantage.name to an estimator that "
+                          f"trains a critic ({', '.join(critics)})")

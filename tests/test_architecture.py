@@ -1,0 +1,174 @@
+"""The architecture, checked: layers import only downward and never in a cycle, the
+training loop names no method, no function in `trainer/` is over 60 lines, and nothing
+cites a document outside the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from lmpo import presets
+from lmpo.advantages import list_advantages
+from lmpo.losses import list_losses, loss_meta
+from lmpo.rollout import CONTROLLERS, list_controllers
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "lmpo"
+
+# Every top-level module or package of lmpo, lowest first: a module may import only
+# those before it (and itself). Data flows down, nothing flows back up.
+LAYERS = ["__init__", "errors", "registry", "masked", "logprobs", "welford", "faults",
+          "user_modules", "cache", "presets", "config", "models", "tasks", "rollout",
+          "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
+          "reward_model_training", "trainer", "methods", "experiments", "integrations", "cli",
+          "__main__"]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def imports(path: Path) -> set[str]:
+    """Every lmpo module `path` imports, at module level or inside a function."""
+    out = set()
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else \
+        module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "lmpo"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            if base.split(".")[0] != "lmpo":
+                continue
+            for a in node.names:  # `from lmpo import presets` imports a module
+                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+    return {m for m in out if m in MODULES}
+
+
+GRAPH = {m: imports(p) - {m} for m, p in MODULES.items()}
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    return LAYERS.index(top)
+
+
+def test_every_module_has_a_layer():
+    tops = {m.split(".")[1] if "." in m else "__init__" for m in MODULES}
+    assert tops <= set(LAYERS), tops - set(LAYERS)
+
+
+def test_no_import_goes_up_a_layer():
+    upward = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                    if layer(b) > layer(a))
+    assert not upward, upward
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_modules():
+    # a package's __init__ re-exporting its own modules is not a cycle of the layers
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in GRAPH.items()}
+    assert find_cycle(graph) is None, find_cycle(graph)
+
+
+def test_the_checks_would_catch_a_cycle_and_an_upward_edge():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert layer("lmpo.rollout.sampler") < layer("lmpo.trainer.loop")
+    assert "lmpo.trainer" not in str(GRAPH["lmpo.models.convert"])
+
+
+# ---------------------------------------------------------------- the loop names no method
+TRAINER = sorted((SRC / "trainer").glob("*.py"))
+
+
+def method_words() -> set[str]:
+    """Names of every registered part and method preset, and the metric prefixes the
+    parts declare (espo/, or/, ...)."""
+    bases = {"base", "base_ac", "real-demo", "demo"}
+    words = set(list_losses()) | set(list_advantages()) | set(list_controllers())
+    words |= set(presets.names("train")) - bases
+    words.discard("none")  # the absence of a controller, and an English word
+    return words
+
+
+def metric_prefixes() -> set[str]:
+    keys = [k for n in list_losses() for k in loss_meta(n)["diagnostics"]]
+    keys += [k for n in list_controllers() for k in CONTROLLERS.meta(n)["diagnostics"]]
+    prefixes = set()
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) > 2 or parts[0] not in ("loss", "diag", "grad", "adv", "policy"):
+            prefixes.add((parts[1] if parts[0] == "loss" else parts[0]) + "/")
+    return prefixes
+
+
+@pytest.mark.parametrize("path", TRAINER, ids=lambda p: p.name)
+def test_trainer_names_no_method(path):
+    text = path.read_text()
+    hits = sorted({w for w in method_words()
+                   if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text, re.IGNORECASE)})
+    hits += sorted({p for p in metric_prefixes() if re.search(rf"\b{re.escape(p)}", text)})
+    assert not hits, f"{path.name} names {hits}"
+
+
+def test_the_name_check_knows_the_methods():
+    assert {"espo", "cegppo", "output_reset", "gae", "dapo"} <= method_words()
+    assert {"espo/", "or/", "dppo/", "drpo/"} <= metric_prefixes()
+
+
+@pytest.mark.parametrize("path", TRAINER, ids=lambda p: p.name)
+def test_no_function_in_the_trainer_is_over_60_lines(path):
+    tree = ast.parse(path.read_text())
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.end_lineno - n.lineno + 1 > 60]
+    assert not long, long
+
+
+# ---------------------------------------------------------------- self-contained
+def test_nothing_cites_a_document_outside_the_repository():
+    files = [*SRC.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *ROOT.glob("*.md"),
+             *(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "experiments").glob("*.yaml"), *(ROOT / "experiments").rglob("*.py"),
+             *(SRC / "presets").rglob("*.yaml")]
+    pattern = re.compile(r"methods\.md|recipes\.md|api\.md|design\.md|\.\./shared|spec/")
+    this = Path(__file__).resolve()
+    cited = [f"{p.relative_to(ROOT)}:{i}" for p in files if p.resolve() != this
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not cited, cited
