@@ -1,4 +1,4 @@
-"""Registry errors and the KL estimators."""
+"""Registry metadata and errors, and the KL estimators."""
 
 from __future__ import annotations
 
@@ -7,40 +7,82 @@ import math
 import pytest
 import torch
 
-from lmpo.losses import default_aggregation, get_loss, kl_penalty, list_losses, loss_hparams
-
-API_TABLE = {
-    "ppo_clip": {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": None},
-    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},
-    "cispo": {"eps_low": 1.0, "eps_high": 5.0},
-    "reinforce": {},
-    "output_reset": {"alpha": 0.2, "weight": "sign"},
-    "cegppo": {"eps_low": 0.2, "eps_high": 0.2, "beta1": 0.5, "beta2": 1.0, "clip_ratio_c": None},
-    "dppo_tv": {"delta_low": 0.15, "delta_high": 0.15, "clip_ratio_c": 3.0},
-    "dppo_kl": {"delta": 0.05, "clip_ratio_c": 3.0},
-    "drpo": {"delta": 12.5},
-}
-METRIC_KEYS = {
-    "ppo_clip": {"clipfrac", "clipfrac_low", "clipfrac_high"},
-    "cegppo": {"clipfrac", "clipfrac_low", "clipfrac_high"},
-    "output_reset": {"or/residual", "or/overshoot_frac"},
-    "dppo_tv": {"dppo/masked_frac"},
-    "dppo_kl": {"dppo/masked_frac"},
-    "drpo": {"drpo/weight_min", "drpo/weight_max", "drpo/penalty_mean"},
-}
+from lmpo.losses import (
+    AGG_MODES,
+    default_aggregation,
+    get_loss,
+    kl_penalty,
+    list_losses,
+    loss_hparams,
+    loss_meta,
+    peer_hparams,
+)
 
 
-def test_api_table_defaults():
-    assert set(list_losses()) == set(API_TABLE)
-    for name, hp in API_TABLE.items():
-        assert loss_hparams(name) == hp, name
+def metric_names(declared) -> set[str]:
+    """The loss-level metric keys (without `loss/`) among declared metric names."""
+    return {k.removeprefix("loss/") for k in declared if k.startswith("loss/")}
 
 
-@pytest.mark.parametrize("name", sorted(API_TABLE))
-def test_metric_keys(name):
+@pytest.mark.parametrize("name", list_losses())
+def test_a_loss_reports_what_its_metadata_declares(name):
+    """Every loss reports displacement and approx_kl (comparable across losses) and every
+    loss-level metric it declares (`diagnostics`, `acts`, `engagement`, `clipfrac`); its
+    post-update diagnostics exist and report `diag/` keys it declares."""
+    from lmpo.losses.diagnostics import bind_post_update
+
+    meta = loss_meta(name)
     x = torch.zeros(2, 3)
     _, metrics = get_loss(name)(x - 1, x - 1.1, torch.ones(2), torch.ones(2, 3))
-    assert {"displacement", "approx_kl"} | METRIC_KEYS.get(name, set()) <= set(metrics)
+    declared = set(meta["diagnostics"]) | {meta["engagement"] or ""}
+    declared |= {(meta["acts"] or {}).get("metric", "")}
+    want = {"displacement", "approx_kl"} | metric_names(declared)
+    if meta["peer_keys"].get("verl") or meta["clipfrac"] != "clipfrac":
+        want.add(meta["clipfrac"])
+    assert want <= set(metrics), want - set(metrics)
+    diag = {}
+    for fn in bind_post_update(name, {}):
+        diag |= fn(x - 1, x - 1.1, torch.ones(2), torch.ones(2, 3))
+    assert {k for k in declared if k.startswith("diag/")} <= set(diag)
+    assert all(k.startswith("diag/") for k in diag)
+
+
+@pytest.mark.parametrize("name", list_losses())
+def test_a_loss_has_what_the_readme_and_the_adapters_read(name):
+    meta = loss_meta(name)
+    assert meta["title"] and meta["source"] and meta["summary"], name
+    assert meta["default_agg"] in AGG_MODES
+    hparams = loss_hparams(name)
+    for peer, keys in meta["peer_keys"].items():
+        assert peer in ("verl", "trl") and set(keys) <= set(hparams), (peer, keys)
+
+
+def test_peer_settings_reach_a_loss_that_declares_them(monkeypatch):
+    """A loss that declares verl's `tau_pos` gets it from a verl actor config, the
+    explicit `policy_loss.hparams` winning; a TRL GRPOConfig's epsilon_high reaches
+    ppo_clip's eps_high (None falls back to epsilon)."""
+    from types import SimpleNamespace
+
+    from lmpo.integrations.verl import resolve_hparams
+    from lmpo.losses.registry import LOSSES
+
+    def tau_loss(logp, old_logp, adv, mask, *, tau_pos=1.0, tau_neg=1.05):
+        return get_loss("reinforce")(logp, old_logp, adv, mask)
+
+    monkeypatch.setitem(LOSSES._entries, "tau_test", tau_loss)
+    monkeypatch.setitem(LOSSES._meta, "tau_test", {"peer_keys": {
+        "verl": {"tau_pos": ("tau_pos",), "tau_neg": ("tau_neg",)}}})
+    actor = {"tau_pos": 2.0, "tau_neg": 3.0, "clip_ratio": 0.2,
+             "policy_loss": {"hparams": {"tau_neg": 4.0}}}
+    assert resolve_hparams("tau_test", actor) == {"tau_pos": 2.0, "tau_neg": 4.0}
+    assert resolve_hparams("ppo_clip", {"clip_ratio_low": 0.1, "clip_ratio": 0.3}) == \
+        {"eps_low": 0.1, "eps_high": 0.3}
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=0.28)
+    assert peer_hparams("ppo_clip", "trl", lambda k: getattr(args, k, None)) == \
+        {"eps_low": 0.2, "eps_high": 0.28}
+    args.epsilon_high = None
+    assert peer_hparams("cegppo", "trl", lambda k: getattr(args, k, None))["eps_high"] == 0.2
+    assert peer_hparams("gspo", "trl", lambda k: getattr(args, k, None)) == {}
 
 
 def test_default_aggregations():

@@ -1,32 +1,33 @@
-"""Every registered loss against its independent float64 reference: value and
-autograd gradient w.r.t. logp, on random inputs, several hyper-parameter sets."""
+"""Every registered loss against its independent float64 reference
+(`tests/loss_references/`): value and autograd gradient w.r.t. logp, on random inputs,
+at the hyper-parameter sets each reference declares."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
 
-from lmpo.losses import get_loss, list_losses
-from tests.loss_reference import ROW_REFERENCES, TOKEN_REFERENCES
+from lmpo.losses import get_loss, list_losses, loss_hparams
+from tests.loss_references import REFERENCES
 
-CASES = {
-    "ppo_clip": [{}, {"eps_low": 0.1, "eps_high": 0.28}, {"clip_ratio_c": 1.5}],
-    "gspo": [{}, {"eps_low": 0.05, "eps_high": 0.1}],
-    "cispo": [{}, {"eps_low": 0.2, "eps_high": 0.28}],
-    "reinforce": [{}],
-    "output_reset": [{}, {"alpha": 0.5, "weight": "abs"}],
-    "cegppo": [{}, {"beta1": 0.0, "beta2": 0.0}, {"beta1": 2.0, "beta2": 0.3, "eps_low": 0.1,
-                                                   "eps_high": 0.3, "clip_ratio_c": 1.6}],
-    "dppo_tv": [{}, {"delta_low": 0.05, "delta_high": 0.02, "clip_ratio_c": 1.2}],
-    "dppo_kl": [{}, {"delta": 0.005, "clip_ratio_c": 1.1}],
-    "drpo": [{}, {"delta": 0.05}],
-}
+CASES = {name: REFERENCES[name].cases if name in REFERENCES else [{}] for name in list_losses()}
 
 
-def test_every_registered_loss_has_a_reference_test():
-    covered = set(TOKEN_REFERENCES) | set(ROW_REFERENCES)
-    assert set(list_losses()) <= covered, f"no reference for {set(list_losses()) - covered}"
-    assert set(list_losses()) <= set(CASES), f"no cases for {set(list_losses()) - set(CASES)}"
+def test_every_registered_loss_has_a_reference():
+    missing = set(list_losses()) - set(REFERENCES)
+    assert not missing, f"no float64 reference in tests/loss_references/ for {missing}"
+    assert not set(REFERENCES) - set(list_losses()), "a reference for an unregistered loss"
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_a_reference_takes_its_losss_hyper_parameters_with_the_same_defaults(name):
+    """The independent reference and the implementation agree on what each
+    hyper-parameter is called and what it defaults to."""
+    params = inspect.signature(REFERENCES[name].fn).parameters.values()
+    ref = {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert ref == loss_hparams(name)
 
 
 def random_batch(seed: int, b: int = 6, t: int = 9, spread: float = 0.6):
@@ -42,10 +43,11 @@ def random_batch(seed: int, b: int = 6, t: int = 9, spread: float = 0.6):
 
 def reference(name, hp, logp, old, adv, mask):
     lp, olp, a, m = (x.tolist() for x in (logp, old, adv, mask))
-    if name in ROW_REFERENCES:
-        rows = ROW_REFERENCES[name](lp, olp, a, m, **hp)
+    ref = REFERENCES[name]
+    if ref.rows:
+        rows = ref.fn(lp, olp, a, m, **hp)
     else:
-        fn = TOKEN_REFERENCES[name]
+        fn = ref.fn
         rows = [[fn(lp[i][j], olp[i][j], a[i][j], **hp) if m[i][j] else (0.0, 0.0)
                  for j in range(len(lp[0]))] for i in range(len(lp))]
     value = torch.tensor([[v for v, _ in row] for row in rows], dtype=torch.float64)

@@ -1,0 +1,55 @@
+"""PPO-clip (asymmetric eps, dual clip), GSPO, CISPO and REINFORCE."""
+
+from __future__ import annotations
+
+import math
+
+from tests.loss_references import ratio, reference
+
+
+@reference("ppo_clip", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}, {"clip_ratio_c": 1.5}])
+def ppo_clip(lp, olp, a, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
+    r = ratio(lp, olp)
+    rc = min(max(r, 1 - eps_low), 1 + eps_high)
+    unclipped, clipped = -r * a, -rc * a
+    if unclipped >= clipped:
+        value, grad = unclipped, -r * a
+    else:
+        value, grad = clipped, 0.0
+    if clip_ratio_c is not None and a < 0 and value > -clip_ratio_c * a:
+        value, grad = -clip_ratio_c * a, 0.0
+    return value, grad
+
+
+@reference("cispo", cases=[{}, {"eps_low": 0.2, "eps_high": 0.28}])
+def cispo(lp, olp, a, *, eps_low=1.0, eps_high=5.0):
+    w = min(max(ratio(lp, olp), 1 - eps_low), 1 + eps_high)
+    return -w * a * lp, -w * a
+
+
+@reference("reinforce")
+def reinforce(lp, olp, a):
+    return -a * lp, -a
+
+
+@reference("gspo", rows=True, cases=[{}, {"eps_low": 0.05, "eps_high": 0.1}])
+def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4):
+    """Per-row GSPO; returns per-token (value, grad) lists. Needs whole rows."""
+    out = []
+    for lp_row, olp_row, a_row, m_row in zip(lps, olps, advs, mask, strict=True):
+        n = sum(m_row)
+        mean_rho = sum((lp - olp) for lp, olp, m in zip(lp_row, olp_row, m_row, strict=True)
+                       if m) / max(n, 1)
+        s = math.exp(min(mean_rho, 10.0))
+        row = []
+        for a, m in zip(a_row, m_row, strict=True):
+            if not m:
+                row.append((0.0, 0.0))
+                continue
+            sc = min(max(s, 1 - eps_low), 1 + eps_high)
+            if -s * a >= -sc * a:
+                row.append((-s * a, -s * a))
+            else:
+                row.append((-sc * a, 0.0))
+        out.append(row)
+    return out
