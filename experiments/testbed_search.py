@@ -46,9 +46,9 @@ GRIDS = {
     # the base at 300 steps ended one seed in a dip: longer runs, and a lower lr
     "stability": {"optim.lr": ["3e-5", "2e-5"], "seed": ["0", "1", "2"], "steps": ["600"]},
     # ESPO's hand-set beta on the pilot seed (run with --preset espo)
-    "espo_beta": {"espo.beta": ["1.0", "2.0", "4.0"], "seed": ["0"]},
+    "espo_beta": {"controller.hparams.beta": ["1.0", "2.0", "4.0"], "seed": ["0"]},
     # beta 1 saved under 2% of the tokens: lower thresholds
-    "espo_beta_low": {"espo.beta": ["0.5", "0.25"], "seed": ["0"]},
+    "espo_beta_low": {"controller.hparams.beta": ["0.5", "0.25"], "seed": ["0"]},
     # the actor-critic base (run with --preset ppo_clip): PPO's token count
     "ppo": {"seed": ["0"]},
     # the espo preset as committed (beta 0.5, relative warm-up from the first step)

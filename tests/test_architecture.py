@@ -172,3 +172,11 @@ def test_nothing_cites_a_document_outside_the_repository():
     cited = [f"{p.relative_to(ROOT)}:{i}" for p in files if p.resolve() != this
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not cited, cited
+
+
+@pytest.mark.parametrize("module,function", [("rollout/sampler.py", "sample"),
+                                             ("trainer/validate.py", "validate")])
+def test_sampling_and_validation_read_in_one_scroll(module, function):
+    tree = ast.parse((SRC / module).read_text())
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    assert node.end_lineno - node.lineno + 1 <= 60

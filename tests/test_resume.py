@@ -131,3 +131,60 @@ def test_checkpoint_rotation_keeps_the_newest(tmp_path):
         save_checkpoint(tmp_path, step, {"step": step}, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["ckpt-000004.pt", "ckpt-000005.pt"]
+
+
+OLD_ESPO = {"enabled": True, "mode": "full", "warmup": False, "r_fail": -1.0, "beta": 0.05,
+            "adapt_beta": False, "target_rate": 0.25, "beta_lr": 0.1, "eps_v": 0.2,
+            "alpha_s": 0.9, "min_tokens": 1, "warmup_loss_frac": 0.5, "warmup_rel_change": 0.2,
+            "warmup_patience": 3, "savings": None, "reference": None,
+            "measure_false_positives": True}
+
+
+def as_written_before_controllers(saved: dict) -> dict:
+    """A run config as lmpo wrote it before rollout controllers had a registry: an `espo:`
+    section with every field, GAE's settings beside `advantage.name`, `log.or_alpha`."""
+    old = {k: v for k, v in saved.items() if k != "controller"}
+    old["espo"] = OLD_ESPO
+    adv = saved["advantage"]
+    old["advantage"] = {"name": adv["name"], "hparams": {}, **adv["hparams"]}
+    old["log"] = {k: v for k, v in saved["log"].items() if k != "diagnostics"} \
+        | {"or_alpha": None}
+    return old
+
+
+def test_a_run_saved_by_an_earlier_lmpo_resumes_and_evaluates(tiny_policy_dir, tmp_path):
+    """Checkpoints kept their state keys, and a saved config.yaml of the earlier layout is
+    upgraded: the resumed run writes the rows the uninterrupted run wrote, and `lmpo eval
+    --run` reads it. A config *file* in the old layout fails with what replaced it."""
+    import yaml
+
+    from lmpo.cli import main
+    from lmpo.config import ConfigError, load_config
+    from lmpo.trainer.loop import train
+    from lmpo.trainer.train_config import TrainConfig
+
+    def cfg(steps):
+        return load_config(TrainConfig, "espo", [
+            f"policy={tiny_policy_dir}", f"steps={steps}", "rollout.batch_size=16",
+            "rollout.max_new_tokens=8", "rollout.pool_size=64", "log.eval_per_tier=4",
+            "log.eval_every=3", "log.checkpoint_every=2", "log.eval_max_new_tokens=6",
+            "log.tensorboard=false",
+            "controller.hparams={mode: full, warmup: false, r_fail: -1.0, beta: 0.05}"])
+
+    train(cfg(4), tmp_path / "full", progress=False)
+    part = tmp_path / "part"
+    train(cfg(2), part, progress=False)
+    saved = yaml.safe_load((part / "config.yaml").read_text())
+    old = as_written_before_controllers(saved)
+    (part / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    train(cfg(4), part, resume=True, progress=False)
+    rows, want = (comparable(read_rows(d / "metrics.jsonl")) for d in (part, tmp_path / "full"))
+    assert rows[2:] == want[2:]  # after the resume: what the uninterrupted run wrote
+    no_eval = [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows[:2]]
+    assert no_eval == want[:2]  # before it (the 2-step run also evaluated at its end)
+    assert sum(r.get("espo/stopped", 0) for r in rows) > 0  # the controller acted
+    (part / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    assert main(["eval", "--run", str(part), "--per-tier", "2"]) == 0
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.raises(ConfigError, match="config key 'espo' was replaced by `controller"):
+        load_config(TrainConfig, str(tmp_path / "old.yaml"))

@@ -22,14 +22,15 @@ def has_answer(completions, **kwargs):
     return [float("#" in c) for c in completions]
 
 
-def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, **kw):
+def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, args_kw=None,
+                 **kw):
     tok = build_tokenizer()
     model = build_policy("nano", tok, seed=0)
     data = Dataset.from_dict({"prompt": ["1+2=", "12+7=", "3-9=", "4*5=", "9+9=", "7-1="] * 4})
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=8, max_steps=3, learning_rate=1e-4, logging_steps=1,
                       report_to="none", save_strategy="no", use_cpu=True, seed=0,
-                      loss_type=loss_type, beta=beta, temperature=1.0)
+                      loss_type=loss_type, beta=beta, temperature=1.0, **(args_kw or {}))
     if cls is LmpoGRPOTrainer and beta:
         kw["ref_model"] = copy.deepcopy(model)
     return cls(model=model, reward_funcs=has_answer, args=args, train_dataset=data,
@@ -73,3 +74,15 @@ def test_ppo_clip_token_mean_equals_trls_dapo_loss(tmp_path):
     ours = trainer._compute_loss(trainer.model, inputs)
     theirs = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_grpo_configs_clip_settings_reach_the_losses_that_declare_them(tmp_path):
+    """TRL's epsilon / epsilon_high feed a PPO-style clip's eps_low / eps_high unless
+    lmpo_loss_hparams sets them; a loss that declares no TRL key keeps lmpo's defaults."""
+    t = make_trainer(tmp_path, lmpo_loss="ppo_clip", args_kw={"epsilon_high": 0.28})
+    assert t.lmpo_loss_hparams == {"eps_low": 0.2, "eps_high": 0.28}
+    t = make_trainer(tmp_path, lmpo_loss="cegppo", args_kw={"epsilon": 0.1},
+                     lmpo_loss_hparams={"eps_low": 0.3})
+    assert t.lmpo_loss_hparams == {"eps_low": 0.3, "eps_high": 0.1}
+    t = make_trainer(tmp_path, lmpo_loss="gspo", args_kw={"epsilon_high": 0.28})
+    assert t.lmpo_loss_hparams == {}

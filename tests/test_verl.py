@@ -202,3 +202,24 @@ def test_documented_overrides_build_verls_configs(method):
     want = core_algos.agg_loss(get_loss(method, **hp)(logp, old, adv, mask)[0], mask,
                                actor.loss_agg_mode)
     torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-14)
+
+
+def test_verls_own_settings_reach_a_loss_that_declares_them(monkeypatch):
+    """A loss that declares verl's SAPO knobs (`peer_keys`) gets the actor's tau_pos /
+    tau_neg through the adapter, `policy_loss.hparams` winning; the adapter names no
+    loss, so this holds for any loss registered later."""
+    from lmpo.losses.registry import LOSSES
+
+    def tau_loss(logp, old_logp, adv, mask, *, tau_pos=1.0, tau_neg=1.05):
+        loss_tok, metrics = get_loss("reinforce")(logp, old_logp, adv, mask)
+        return loss_tok * tau_pos / tau_neg, metrics
+
+    monkeypatch.setitem(LOSSES._entries, "tau_test", tau_loss)
+    monkeypatch.setitem(LOSSES._meta, "tau_test", {"peer_keys": {
+        "verl": {"tau_pos": ("tau_pos",), "tau_neg": ("tau_neg",)}}})
+    cfg = actor_config(tau_pos=2.0, tau_neg=3.0)
+    assert lmpo_verl.resolve_hparams("tau_test", cfg) == {"tau_pos": 2.0, "tau_neg": 3.0}
+    logp, old, adv, mask = batch(8)
+    loss, _ = lmpo_verl.make_policy_loss("tau_test")(old, logp, adv, mask, "token-mean", cfg)
+    tok, _ = tau_loss(logp, old, adv, mask, tau_pos=2.0, tau_neg=3.0)
+    torch.testing.assert_close(loss, aggregate(tok, mask, "token-mean"), rtol=1e-12, atol=1e-14)

@@ -1,0 +1,47 @@
+"""`lmpo methods` and the README's Methods table, generated from the registries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmpo import methods
+from lmpo.advantages import advantage_meta, list_advantages
+from lmpo.cli import main
+from lmpo.losses import list_losses
+from lmpo.rollout import CONTROLLERS, list_controllers
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_methods_table_is_current():
+    assert methods.readme_block() in README.read_text(), \
+        "the README's Methods table is stale: run `lmpo methods --readme README.md`"
+
+
+def test_every_registered_method_is_a_row_with_its_source():
+    rows = {(r["kind"], r["name"]): r for r in methods.rows()}
+    want = {("loss", n) for n in list_losses()} | {("advantage", n) for n in list_advantages()}
+    want |= {("controller", n) for n in list_controllers() if n != "none"}
+    assert set(rows) == want
+    for r in rows.values():
+        assert r["title"] and r["source"] and r["summary"] and "|" not in r["summary"], r
+    assert rows[("loss", "output_reset")]["presets"] == ["grpo_or", "ppo_or"]
+    assert rows[("advantage", "gae")]["presets"] == ["base_ac"]
+    assert all(advantage_meta(n)["title"] for n in list_advantages())
+    assert all(CONTROLLERS.meta(n)["title"] for n in list_controllers())
+
+
+def test_the_readme_is_rewritten_between_its_markers(tmp_path, capsys):
+    path = tmp_path / "README.md"
+    path.write_text(f"intro\n{methods.BEGIN}\nstale\n{methods.END}\nrest\n")
+    assert main(["methods", "--readme", str(path)]) == 0
+    text = path.read_text()
+    assert text == f"intro\n{methods.readme_block()}\nrest\n"
+    assert not methods.rewrite_readme(path)  # current: nothing changes
+    (tmp_path / "bare.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="has no methods table markers"):
+        methods.rewrite_readme(tmp_path / "bare.md")
+    assert main(["methods", "--markdown"]) == 0
+    assert "| loss | `cegppo` | CE-GPPO | arXiv 2509.20712 |" in capsys.readouterr().out
