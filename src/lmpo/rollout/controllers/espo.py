@@ -55,7 +55,7 @@ class ESPO(StopAccounting):
                          measure_false_positives=measure_false_positives)
         if mode not in MODES:
             raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
-                             "(and 'random' for variant F)")
+                             "(variant F is the random_stop controller)")
         if not 0 < target_rate < 1:
             raise ValueError(f"target_rate must be in (0, 1), got {target_rate}")
         if beta <= 0:
