@@ -9,6 +9,7 @@ import pytest
 from lmpo import methods
 from lmpo.advantages import advantage_meta, list_advantages
 from lmpo.cli import main
+from lmpo.errors import ConfigError
 from lmpo.losses import list_losses
 from lmpo.rollout import CONTROLLERS, list_controllers
 
@@ -41,7 +42,7 @@ def test_the_readme_is_rewritten_between_its_markers(tmp_path, capsys):
     assert text == f"intro\n{methods.readme_block()}\nrest\n"
     assert not methods.rewrite_readme(path)  # current: nothing changes
     (tmp_path / "bare.md").write_text("no markers\n")
-    with pytest.raises(ValueError, match="has no methods table markers"):
+    with pytest.raises(ConfigError, match="has no methods table markers"):
         methods.rewrite_readme(tmp_path / "bare.md")
     assert main(["methods", "--markdown"]) == 0
     assert "| loss | `cegppo` | CE-GPPO | arXiv 2509.20712 |" in capsys.readouterr().out

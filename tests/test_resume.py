@@ -130,7 +130,8 @@ def test_checkpoint_rotation_keeps_the_newest(tmp_path):
     for step in range(1, 6):
         save_checkpoint(tmp_path, step, {"step": step}, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert names == ["ckpt-000004.pt", "ckpt-000005.pt"]
+    assert names == ["ckpt-000004.pt", "ckpt-000004.pt.json", "ckpt-000005.pt",
+                     "ckpt-000005.pt.json"]  # each with its size and checksum
 
 
 OLD_ESPO = {"enabled": True, "mode": "full", "warmup": False, "r_fail": -1.0, "beta": 0.05,

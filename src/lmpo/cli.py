@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from lmpo import __version__
-from lmpo.errors import ConfigError
+from lmpo.errors import ConfigError, LmpoError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,7 +259,7 @@ def cmd_eval(args) -> int:
     if args.run or args.config:
         run_cfg = Path(args.run) / "config.yaml" if args.run else args.config
         if args.run and not run_cfg.exists():
-            raise FileNotFoundError(f"{args.run} is not a run directory (no config.yaml)")
+            raise ConfigError(f"{args.run} is not a run directory (no config.yaml)")
         cfg = load_run_config(run_cfg) if args.run else load_config(TrainConfig, run_cfg)
         task_name, per_tier = cfg.task, cfg.log.eval_per_tier
         max_new, trained = cfg.log.eval_max_new_tokens, cfg.rollout.clusters
@@ -298,7 +298,13 @@ COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
 def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come after options too (`... --steps 3 optim.lr=1e-4`)
+    if extra and hasattr(args, "overrides") and all("=" in x and not x.startswith("-")
+                                                    for x in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.version:
         print(version_line())
         return 0
@@ -307,10 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, KeyError, FileNotFoundError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"lmpo {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+    except LmpoError as exc:  # what the user can fix: one line, no traceback
+        print(f"lmpo {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

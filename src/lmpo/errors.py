@@ -1,5 +1,50 @@
-"""Errors the command line reports as one line (exit code 2)."""
+"""The errors lmpo reports as one line, without a traceback.
+
+Every exception raised for something the user gave (a config, a data file, a reward
+function, a checkpoint, an experiment file) or for a state of the machine the user can act
+on (a directory in use, a disk that is full) derives from `LmpoError`; the command line
+prints its message on one line and exits with its `exit_code` (2: the input cannot be
+used, nothing was done; 1: the run started and stopped, the message says how to go on).
+Anything else is a bug in lmpo and keeps its traceback.
+"""
 
 
-class ConfigError(ValueError):
+class LmpoError(Exception):
+    """An error whose message is the whole story: it names what to fix."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:  # one line, whatever the message was built from
+        return " ".join(str(self.args[0] if self.args else "").split("\n"))
+
+
+class ConfigError(LmpoError, ValueError):
     """A config, preset or setting that cannot be used; the message names it."""
+
+
+class UnknownName(ConfigError, KeyError):
+    """A name no registry, task list or tier list holds; the message lists the valid ones.
+    A KeyError too, as the registries' contract says."""
+
+
+class BadHyperParameter(ConfigError, TypeError):
+    """A hyper-parameter a method does not take; the message lists the ones it does."""
+
+
+class OutOfDomain(ConfigError):
+    """A hyper-parameter value outside its declared domain; names the key and the domain."""
+
+
+class DataError(LmpoError, ValueError):
+    """A malformed data line; the message names the file and the line number."""
+
+
+class LockedError(LmpoError):
+    """A run or sweep directory another lmpo process is using; names the holder."""
+
+
+class RunError(LmpoError, RuntimeError):
+    """A run that started stopped for a reason the user can act on (a write that failed,
+    updates that kept going non-finite); the message says from where it can go on."""
+
+    exit_code = 1

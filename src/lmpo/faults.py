@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from lmpo.errors import ConfigError
+
 CRASH_ENV = "LMPO_CRASH_AT"
 CRASH_POINTS = ("before_row", "after_row", "mid_checkpoint", "after_checkpoint")
 CRASH_EXIT_CODE = 86
@@ -24,7 +26,7 @@ def parse_crash_spec(spec: str | None) -> tuple[str, int] | None:
         return None
     point, sep, step = spec.partition("@")
     if not sep or point not in CRASH_POINTS or not step.isdigit():
-        raise ValueError(f"{CRASH_ENV}={spec!r}: expected <point>@<step> with point one of "
+        raise ConfigError(f"{CRASH_ENV}={spec!r}: expected <point>@<step> with point one of "
                          f"{', '.join(CRASH_POINTS)}")
     return point, int(step)
 

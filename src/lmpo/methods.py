@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from lmpo import presets
+from lmpo.errors import ConfigError
 
 BEGIN = "<!-- methods table: `lmpo methods --readme README.md` writes it; do not edit -->"
 END = "<!-- end of the methods table -->"
@@ -77,9 +78,11 @@ def readme_block() -> str:
 def rewrite_readme(path: str | Path) -> bool:
     """Replace the block between the markers in `path`; True if it changed."""
     path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist")
     text = path.read_text()
     if BEGIN not in text or END not in text:
-        raise ValueError(f"{path} has no methods table markers ({BEGIN!r} ... {END!r})")
+        raise ConfigError(f"{path} has no methods table markers ({BEGIN!r} ... {END!r})")
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
     new = head + readme_block() + tail

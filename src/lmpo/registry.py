@@ -13,6 +13,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from lmpo.domains import Domain, parse
+from lmpo.errors import BadHyperParameter, OutOfDomain, UnknownName
+
 
 def nearest(name: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' hint for a misspelt name, or ''."""
@@ -53,7 +56,7 @@ class Registry:
 
     def _lookup(self, name: str) -> Callable:
         if name not in self._entries:
-            raise KeyError(
+            raise UnknownName(
                 f"unknown {self.kind} {name!r}{nearest(str(name), self.names())}; "
                 f"valid {self.kind}s: {', '.join(self.names())}"
             )
@@ -76,15 +79,42 @@ class Registry:
         self._lookup(name)
         return self.defaults | self._meta[name]
 
+    def domains(self, name: str) -> dict[str, Domain]:
+        """The declared domain of each hyper-parameter of `name` (registration metadata
+        `domains`, specs parsed by `lmpo.domains.parse`)."""
+        self._lookup(name)
+        return {k: parse(v) for k, v in self._meta[name].get("domains", {}).items()}
+
     def check_hparams(self, name: str, hparams: dict[str, Any]) -> None:
+        """Unknown hyper-parameters and values outside their declared domains fail, one line
+        each naming the key."""
         valid = self.hparams(name)
         unknown = sorted(set(hparams) - set(valid))
         if unknown:
             shown = ", ".join(valid) if valid else "none"
-            raise TypeError(
+            raise BadHyperParameter(
                 f"{self.kind} {name!r} got unknown hyper-parameter(s) {unknown}; "
                 f"valid ones: {shown}"
             )
+        domains = self.domains(name)
+        for key, value in hparams.items():
+            if key in domains and not domains[key].contains(value):
+                raise OutOfDomain(f"{self.kind} {name!r}: {key}={value!r} is outside its "
+                                  f"domain {domains[key]}")
+        broken = self.unmet_requirement(name, valid | hparams)
+        if broken:
+            raise OutOfDomain(f"{self.kind} {name!r}: {broken}")
+
+    def unmet_requirement(self, name: str, values: dict[str, Any]) -> str | None:
+        """The first joint rule (registration metadata `requires`: {key: {other: value}},
+        "when key is set, other must be value") that `values` break, in words."""
+        for key, needs in self._meta[name].get("requires", {}).items():
+            if values.get(key) is None:
+                continue
+            for other, want in needs.items():
+                if values.get(other) != want:
+                    return f"{key}={values[key]!r} needs {other}={want!r}"
+        return None
 
     def get(self, name: str, **hparams: Any) -> Callable:
         """Bind `hparams` to the entry `name`. Classes are instantiated."""

@@ -68,6 +68,8 @@ class Prior:
 @ADVANTAGES.register("ebpo", wants_clusters=True,
                      diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
                                   "grad/norm"),
+                     domains={"eps": "[0, inf)", "scale": "{global, none}",
+                              "prior": "{global, cluster}", "decay": "(0, 1) | None"},
                      title="EBPO", source="arXiv 2602.05165",
                      summary="empirical-Bayes shrinkage of each group's baseline toward the "
                              "running mean (pooled within-group variance, global scale)")

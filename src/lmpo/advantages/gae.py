@@ -40,6 +40,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
 
 
 @ADVANTAGES.register("gae", needs_critic=True, title="GAE (actor-critic PPO)",
+                     domains={"gamma": "[0, 1]", "lam": "[0, 1]", "whiten": "bool"},
                      source="arXiv 1506.02438",
                      summary="generalised advantage estimation from a learned critic")
 class GAE:

@@ -9,7 +9,8 @@ from lmpo.advantages.base import ADVANTAGES, Estimator, Groups, batch_std
 SCALES = ("group", "batch", "none")
 
 
-@ADVANTAGES.register("grpo", title="GRPO", source="arXiv 2402.03300",
+@ADVANTAGES.register("grpo", domains={"scale": "{group, batch, none}", "eps": "[0, inf)"},
+                     title="GRPO", source="arXiv 2402.03300",
                      summary="group-relative advantages, std-scaled per group (or batch)")
 class GRPO(Estimator):
     """A = (s - group_mean) / (std + eps); std of the group ("group", GRPO), of all

@@ -170,8 +170,8 @@ def check_differs(exp: Experiment) -> dict[str, dict[str, object]]:
     diff = arm_differences(exp)
     bad = {k: v for k, v in diff.items() if not covered(k, exp.differs_in)}
     if bad:
-        lines = "\n".join(f"  {k}: " + ", ".join(f"{a}={v!r}" for a, v in vals.items())
+        lines = "; ".join(f"{k}: " + ", ".join(f"{a}={v!r}" for a, v in vals.items())
                           for k, vals in bad.items())
         raise ConfigError(f"experiment {exp.name!r}: the arms differ in keys outside "
-                          f"differs_in {exp.differs_in}:\n{lines}")
+                          f"differs_in {exp.differs_in}: {lines}")
     return diff

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,8 +32,9 @@ from pathlib import Path
 import yaml
 
 from lmpo.config import save_config
-from lmpo.errors import ConfigError
+from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
+from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
 
 
@@ -221,16 +223,27 @@ class _Quiet:
 
 def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
             live: bool = True) -> int:
-    """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished."""
+    """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished.
+
+    The sweep holds `out`'s lock throughout (a second `lmpo compare` on it fails at once,
+    naming this one); each run's process holds its own run directory's. An `out` this call
+    created is removed again if the experiment cannot be planned."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     out = Path(out)
-    runs = plan(exp, out, jobs)
-    if list_only:
-        for run in runs:
-            print(shlex.join(run.command()))
-        return 0
-    execute(exp, runs, out, jobs, live=live)
+    fresh = not out.exists()
+    with directory_lock(out, what="lmpo compare"):
+        try:
+            runs = plan(exp, out, jobs)
+        except LmpoError:
+            if fresh:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+        if list_only:
+            for run in runs:
+                print(shlex.join(run.command()))
+            return 0
+        execute(exp, runs, out, jobs, live=live)
     failed = [r for r in runs if r.status == "failed"]
     if failed:
         print(f"\n{len(failed)} of {len(runs)} runs failed (the others finished):",

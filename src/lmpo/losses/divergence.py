@@ -38,6 +38,8 @@ DPPO_META = {"diagnostics": ("loss/dppo/masked_frac",), "clipfrac": "dppo/masked
 
 
 @LOSSES.register("dppo_tv", default_agg="token-mean", **DPPO_META,
+                 domains={"delta_low": "(0, 1]", "delta_high": "(0, 1]",
+                          "clip_ratio_c": "(1, inf)"},
                  peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
                                      "delta_high": ("clip_ratio_high", "clip_ratio")}},
                  title="DPPO (binary TV)",
@@ -52,6 +54,7 @@ def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_
 
 
 @LOSSES.register("dppo_kl", default_agg="token-mean", **DPPO_META, title="DPPO (binary KL)",
+                 domains={"delta": "(0, inf)", "clip_ratio_c": "(1, inf)"},
                  summary="hard mask on the sampled token's probability change (binary KL)")
 def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
     """DPPO binary-KL: D = q log(q/p) + (1-q) log((1-q)/(1-p)); drop a token if
@@ -75,7 +78,9 @@ def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
                  diagnostics=("loss/drpo/weight_min", "loss/drpo/weight_max",
                               "loss/drpo/deviated_frac"),
                  acts={"metric": "loss/drpo/weight_dev_max", "above": 1e-3},
-                 engagement="loss/drpo/deviated_frac", title="DRPO", source="arXiv 2606.09821",
+                 engagement="loss/drpo/deviated_frac",
+                 domains={"delta": "[1e-6, inf)"},  # smaller: the penalty overflows float32
+                 title="DRPO", source="arXiv 2606.09821",
                  summary="smooth advantage-weighted quadratic penalty on the sampled token's "
                          "probability change")
 def drpo(logp, old_logp, adv, mask, *, delta=12.5):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
-from lmpo.losses.registry import LOSSES, TRL_CLIP, VERL_CLIP
+from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
 
 
 @LOSSES.register("cegppo", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
+                 domains=CLIP | DUAL_CLIP | {"beta1": "[0, inf)", "beta2": "[0, inf)"},
                  title="CE-GPPO", source="arXiv 2509.20712",
                  summary="PPO-clip's value, but clipped tokens keep a beta-scaled gradient "
                          "beta(1±eps)A to steer entropy")

@@ -11,7 +11,7 @@ from lmpo.losses.registry import LOSSES
 WEIGHTS = ("sign", "abs")
 
 
-@POST_UPDATE.register("or_margin")
+@POST_UPDATE.register("or_margin", domains={"alpha": "(0, inf)"})
 def or_margin_after(new_logp, old_logp, adv, mask, *, alpha=OR_MARGIN) -> dict[str, float]:
     """Output Reset's margin after the update, for any loss: diag/or_residual_after (mean
     max(0, alpha - sign(A) rho)^2 over A != 0 tokens) and diag/or_overshoot_after (the share
@@ -27,6 +27,7 @@ def or_margin_after(new_logp, old_logp, adv, mask, *, alpha=OR_MARGIN) -> dict[s
                  acts={"metric": "loss/or/overshoot_frac", "above": 0.0},
                  engagement="diag/or_overshoot_after",
                  post_update={"displacement": {}, "or_margin": {"alpha": "alpha"}},
+                 domains={"alpha": "(0, inf)", "weight": "{sign, abs}"},
                  title="Output Reset (PPO-OR, GRPO-OR)", source="arXiv 2607.18163",
                  summary="one-sided squared margin max(0, alpha - sign(A) rho)^2 in log-ratio "
                          "space: C^1, zero gradient past the margin")

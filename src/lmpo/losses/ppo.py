@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
-from lmpo.losses.registry import LOSSES, TRL_CLIP, VERL_CLIP
+from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
 
 
 def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
@@ -26,7 +26,7 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
 @LOSSES.register("ppo_clip", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
+                 peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP}, domains=CLIP | DUAL_CLIP,
                  title="PPO-clip (PPO, GRPO, DAPO)", source="arXiv 1707.06347",
                  summary="clipped ratio surrogate, asymmetric eps (clip-higher), optional "
                          "dual clip")
@@ -52,7 +52,8 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
 
 @LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP}, title="GSPO", source="arXiv 2507.18071",
+                 peer_keys={"verl": VERL_CLIP}, domains=CLIP, title="GSPO",
+                 source="arXiv 2507.18071",
                  summary="PPO-clip on the length-normalised sequence ratio")
 def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
     """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
@@ -79,7 +80,8 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
 
 
 @LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),
-                 peer_keys={"verl": VERL_CLIP}, title="CISPO", source="arXiv 2506.13585",
+                 peer_keys={"verl": VERL_CLIP}, domains=CLIP, title="CISPO",
+                 source="arXiv 2506.13585",
                  summary="REINFORCE weighted by a clipped, stop-gradient ratio; no token "
                          "dropped")
 def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):

@@ -15,6 +15,8 @@ docs and adapters so that none of them names a loss:
   peer's settings that feed a hyper-parameter the user did not set explicitly.
 - `clipfrac`: the metric the verl adapter reports as `actor/pg_clipfrac`.
 - `preset_keys`: config keys outside `loss.*` the method's preset may set.
+- `domains`: {hyper-parameter: domain spec} (`lmpo.domains`), checked when the loss is
+  built; every hyper-parameter needs one (a test fails otherwise).
 """
 
 from lmpo.registry import Registry
@@ -27,6 +29,10 @@ LOSSES = Registry("loss", defaults={
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
+
+# the domains of the hyper-parameters several losses share (lmpo.domains)
+CLIP = {"eps_low": "(0, 1]", "eps_high": "(0, inf)"}  # 1 - eps_low >= 0: no lower clip at 1
+DUAL_CLIP = {"clip_ratio_c": "(1, inf) | None"}  # None: dual clip off
 
 # verl reads the same clip knobs for every ratio loss (a single clip_ratio as fallback)
 VERL_CLIP = {"eps_low": ("clip_ratio_low", "clip_ratio"),

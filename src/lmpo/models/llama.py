@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from lmpo.errors import UnknownName
 from lmpo.registry import nearest
 
 SIZES: dict[str, dict] = {
@@ -24,7 +25,7 @@ SIZES: dict[str, dict] = {
 
 def llama_config(size: str, tokenizer, max_positions: int = 256) -> LlamaConfig:
     if size not in SIZES:
-        raise KeyError(f"unknown model size {size!r}{nearest(size, list(SIZES))}; "
+        raise UnknownName(f"unknown model size {size!r}{nearest(size, list(SIZES))}; "
                        f"valid sizes: {', '.join(SIZES)}")
     return LlamaConfig(
         vocab_size=len(tokenizer), max_position_embeddings=max_positions,

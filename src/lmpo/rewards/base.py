@@ -21,12 +21,12 @@ import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 
-from lmpo.errors import ConfigError
+from lmpo.errors import ConfigError, LmpoError
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
-class RewardError(RuntimeError):
+class RewardError(LmpoError, RuntimeError):
     """A reward function raised or returned something unusable; names the sample."""
 
 

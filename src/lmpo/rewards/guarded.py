@@ -17,6 +17,8 @@ import select
 import subprocess
 import sys
 
+from lmpo.errors import UnknownName
+
 TIMEOUT_S = 5.0
 STARTUP_S = 60.0  # the worker imports the checker once
 
@@ -61,7 +63,7 @@ class GuardedWorker:
 
     def __init__(self, name: str = "math_verify", timeout: float = TIMEOUT_S):
         if name not in CHECKERS:
-            raise KeyError(f"unknown checker {name!r}; valid: {', '.join(CHECKERS)}")
+            raise UnknownName(f"unknown checker {name!r}; valid: {', '.join(CHECKERS)}")
         self.name, self.timeout = name, timeout
         self.timeouts = self.errors = 0
         self._proc: subprocess.Popen | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from lmpo.errors import ConfigError, UnknownName
 from lmpo.registry import nearest
 from lmpo.tasks.base import ANSWER_MARK, Problem, extract_answer
 from lmpo.tasks.rg import ReasoningGymTask
@@ -104,13 +105,13 @@ def get_task(name: str, params: dict | None = None):
     if name.startswith("rg:"):
         return ReasoningGymTask(name[3:], params)
     if params:
-        raise ValueError(f"task_params apply only to rg:<dataset> tasks, not {name!r}")
+        raise ConfigError(f"task_params apply only to rg:<dataset> tasks, not {name!r}")
     if name.endswith(".jsonl"):
         from lmpo.tasks.jsonl import JsonlTask
 
         return JsonlTask(name)
     if name not in TASKS:
-        raise KeyError(f"unknown task {name!r}{nearest(name, list(TASKS))}; "
+        raise UnknownName(f"unknown task {name!r}{nearest(name, list(TASKS))}; "
                        f"valid tasks: {', '.join(TASKS)}, rg:<reasoning-gym dataset> or a "
                        ".jsonl path")
     return TASKS[name]()

@@ -6,13 +6,10 @@ import json
 import random
 from pathlib import Path
 
+from lmpo.errors import DataError, UnknownName
 from lmpo.tasks.base import ANSWER_MARK, Problem, extract_answer
 
 REQUIRED = ("prompt", "answer")
-
-
-class DataError(ValueError):
-    """A malformed data line; the message names the file and the line number."""
 
 
 def jsonl_objects(path: str | Path, required: tuple[str, ...]):
@@ -64,7 +61,7 @@ class JsonlTask:
     def sample(self, n: int, rng: random.Random, cluster: str | None = None) -> list[Problem]:
         pool = [p for p in self.problems if cluster is None or p.cluster == cluster]
         if not pool:
-            raise KeyError(f"no problems in cluster {cluster!r}; clusters: {self.clusters}")
+            raise UnknownName(f"no problems in cluster {cluster!r}; clusters: {self.clusters}")
         return [rng.choice(pool) for _ in range(n)]
 
     def solution(self, problem: Problem) -> str:

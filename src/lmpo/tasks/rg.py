@@ -27,7 +27,7 @@ from typing import Any
 import reasoning_gym
 from reasoning_gym.utils import extract_answer as extract_tagged
 
-from lmpo.errors import ConfigError
+from lmpo.errors import ConfigError, UnknownName
 from lmpo.registry import nearest
 from lmpo.tasks.base import Problem
 
@@ -73,7 +73,7 @@ class ReasoningGymTask:
 
     def sample(self, n: int, rng: random.Random, cluster: str | None = None) -> list[Problem]:
         if cluster is not None and cluster not in self.params:
-            raise KeyError(f"unknown tier {cluster!r}{nearest(cluster, self.clusters)} for task "
+            raise UnknownName(f"unknown tier {cluster!r}{nearest(cluster, self.clusters)} for task "
                            f"{self.name}; tiers: {', '.join(self.clusters)}")
         names = [cluster] * n if cluster else [rng.choice(self.clusters) for _ in range(n)]
         pools = {name: iter(self._generate(name, names.count(name), rng.randrange(2**31)))

@@ -1,28 +1,40 @@
-"""Atomic checkpoints and the run directory's metrics log.
+"""Atomic, verified checkpoints and the run directory's metrics log.
 
-A checkpoint is written to a temporary file, fsynced, then renamed into place,
-so `checkpoints/` only ever holds complete files: a crash mid-write leaves at
-most a stray `.tmp`, which `latest_checkpoint` ignores and the next save
-overwrites. Metrics rows are appended and fsynced *before* the step's
-checkpoint; on resume, rows after the checkpoint's step (and any torn last
-line) are dropped, so the resumed run writes exactly the rows the
-uninterrupted run would have.
+A checkpoint is written to a temporary file, fsynced, its size and SHA-256 recorded
+beside it (`ckpt-NNNNNN.pt.json`), then renamed into place, so `checkpoints/` only ever
+holds complete files: a crash mid-write leaves at most a stray `.tmp`, which the next save
+overwrites. A write that fails (no space, no permission, a read-only directory, a file
+size limit) removes what it wrote and raises `CheckpointWriteError`, one line naming the
+file, the cause and the step the run can resume from.
 
-Checkpoints hold only tensors and plain containers (dict, list, tuple, str,
-int, float, bool, None) and load with `torch.load(..., weights_only=True)`:
-unpickling arbitrary objects could run code, so a checkpoint holding anything
-else is refused.
+Loading verifies first: the recorded size and checksum (or, for a checkpoint written
+before they were recorded, the zip archive's own CRCs). On resume a damaged newest
+checkpoint is reported in one line and the newest intact one is used; when none is intact
+the error names the files. Metrics rows are appended and fsynced *before* the step's
+checkpoint; on resume, rows after the checkpoint's step (and any torn last line) are
+dropped, so the resumed run writes exactly the rows the uninterrupted run would have.
+
+Checkpoints hold only tensors and plain containers (dict, list, tuple, str, int, float,
+bool, None) and load with `torch.load(..., weights_only=True)`: unpickling arbitrary
+objects could run code, so a checkpoint holding anything else is refused.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
 import json
 import os
+import pickle
 import re
+import shutil
+import zipfile
 from pathlib import Path
 
 import torch
 
+from lmpo.errors import LmpoError, RunError
 from lmpo.faults import crash_point
 
 PLAIN = (str, int, float, bool, type(None), torch.Tensor)
@@ -37,8 +49,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(LmpoError, RuntimeError):
+    """A checkpoint that cannot be used: damaged, or holding foreign objects."""
+
+
+class CheckpointWriteError(RunError, OSError):
+    """A checkpoint (or a metrics row) could not be written; says from where to resume."""
 
 
 def check_plain(obj, where: str = "state") -> None:
@@ -56,22 +72,95 @@ def check_plain(obj, where: str = "state") -> None:
                         "plain containers")
 
 
+class FullWrites(io.RawIOBase):
+    """A file torch writes into: every write completes or raises, and the OS error (no
+    space, a size limit) is kept, since torch's zip writer reports only "unexpected pos"."""
+
+    def __init__(self, raw):
+        self.raw, self.error = raw, None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view, done = memoryview(data), 0
+        try:
+            while done < len(view):
+                done += self.raw.write(view[done:])
+        except OSError as exc:
+            self.error = exc
+            raise
+        return done
+
+
+def manifest_path(ckpt: Path) -> Path:
+    return ckpt.with_name(ckpt.name + ".json")
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return path.stat().st_size, digest.hexdigest()
+
+
+def write_cause(exc: BaseException, recorded: OSError | None, folder: Path) -> str:
+    """What made a write fail, in words: the OS error if there was one."""
+    err = recorded or (exc if isinstance(exc, OSError) else None)
+    if err is not None and err.errno is not None:
+        cause = os.strerror(err.errno)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            cause += f" ({shutil.disk_usage(folder).free:,} bytes free)"
+        return cause
+    return f"the write failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+
+def resume_hint(run_dir: Path) -> str:
+    intact = [c for c in reversed(list_checkpoints(run_dir)) if damage(c) is None]
+    if not intact:
+        return "no checkpoint was written yet: start the run again"
+    return f"resume from step {checkpoint_step(intact[0])} with --resume"
+
+
 def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Path:
     check_plain(state)
     folder = Path(run_dir) / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt-{step:06d}.pt"
     tmp = folder / f".{final.name}.tmp"
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    crash_point("mid_checkpoint", step)
-    os.replace(tmp, final)
-    _fsync_dir(folder)
+    sink = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb", buffering=0) as raw:
+            sink = FullWrites(raw)
+            torch.save(state, sink)
+            os.fsync(raw.fileno())
+        size, sha = file_digest(tmp)
+        crash_point("mid_checkpoint", step)
+        atomic_write(manifest_path(final), json.dumps({"size": size, "sha256": sha}) + "\n")
+        os.replace(tmp, final)
+        _fsync_dir(folder)
+    except (OSError, RuntimeError) as exc:
+        tmp.unlink(missing_ok=True)
+        if not final.exists():
+            manifest_path(final).unlink(missing_ok=True)
+        raise CheckpointWriteError(
+            f"could not write checkpoint {final}: "
+            f"{write_cause(exc, sink and sink.error, folder)}; nothing half-written was kept, "
+            f"so {resume_hint(run_dir)}") from None
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
+        manifest_path(old).unlink(missing_ok=True)
     return final
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -82,27 +171,88 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(CKPT.match(p.name).group(1)))
 
 
+def checkpoint_step(path: Path) -> int:
+    return int(CKPT.match(path.name).group(1))
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     ckpts = list_checkpoints(run_dir)
     return ckpts[-1] if ckpts else None
 
 
+def damage(path: Path) -> str | None:
+    """Why the checkpoint at `path` cannot be trusted, or None if it is intact."""
+    manifest = manifest_path(path)
+    if manifest.exists():
+        try:
+            want = json.loads(manifest.read_text())
+            size, sha = int(want["size"]), str(want["sha256"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return f"its record {manifest.name} is unreadable"
+        have = path.stat().st_size
+        if have != size:
+            return f"{have:,} bytes where {size:,} were written"
+        if file_digest(path)[1] != sha:
+            return "its SHA-256 differs from the one recorded when it was written"
+        return None
+    try:  # written before checksums were recorded: the archive's own CRCs
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        return None if bad is None else f"a corrupt member ({bad})"
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"not a readable checkpoint archive ({exc})"
+
+
+def latest_intact_checkpoint(run_dir: Path, notice=print) -> Path | None:
+    """The newest checkpoint that verifies; each damaged newer one is reported in one line
+    (`notice`). None when there is none; CheckpointError when all of them are damaged."""
+    ckpts = list_checkpoints(run_dir)
+    damaged = []
+    for ckpt in reversed(ckpts):
+        reason = damage(ckpt)
+        if reason is None:
+            if damaged:
+                notice(f"lmpo: resuming from {ckpt.name} (step {checkpoint_step(ckpt)}): the "
+                       f"newer {', '.join(damaged)} is damaged")
+            return ckpt
+        damaged.append(f"{ckpt.name} ({reason})")
+    if damaged:
+        raise CheckpointError(f"no intact checkpoint in {Path(run_dir) / 'checkpoints'}: "
+                              f"{'; '.join(damaged)}; start the run again in a new directory")
+    return None
+
+
 def load_checkpoint(path: Path) -> dict:
-    """Load with `weights_only=True`; anything but tensors and plain containers is refused."""
+    """Verify, then load with `weights_only=True`; anything but tensors and plain
+    containers is refused."""
+    reason = damage(path)
+    if reason is not None:
+        raise CheckpointError(f"checkpoint {path} is damaged: {reason}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises UnpicklingError (or RuntimeError) for such files
+    except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"refusing to load {path}: it holds objects other than tensors and plain "
             f"containers, and unpickling them could run code ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise CheckpointError(f"checkpoint {path} is damaged: "
+                              f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
 
 
 def append_row(path: Path, row: dict) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one metrics row, fsynced; a failed write says from where to resume (a torn
+    last line is dropped on resume)."""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise CheckpointWriteError(
+            f"could not append step {row.get('step')} to {path}: "
+            f"{write_cause(exc, None, Path(path).parent)}; {resume_hint(Path(path).parent)}"
+        ) from None
 
 
 def read_rows(path: Path) -> list[dict]:

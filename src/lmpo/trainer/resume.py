@@ -63,7 +63,8 @@ def check_resumable(saved: Path, cfg) -> None:
     diff = config_diff(effective(old), effective(to_dict(cfg)))
     if diff:
         raise ConfigError(f"--resume with a config that differs from the run's ({saved}); "
-                          "only steps, threads and log.* may change:\n" + "\n".join(diff))
+                          "only steps, threads and log.* may change: "
+                          + "; ".join(line.strip() for line in diff))
 
 
 def load_run_config(path: Path):

@@ -3,20 +3,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from lmpo.config import ConfigError, save_config
+from lmpo.errors import LockedError
 from lmpo.evaluate import evaluate
 from lmpo.faults import CRASH_ENV, parse_crash_spec
+from lmpo.locks import directory_lock
 from lmpo.models import ValueModel, load_policy
 from lmpo.tasks import Sampler, get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
-from lmpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, read_rows, truncate_rows
+from lmpo.trainer.checkpoint import (
+    latest_intact_checkpoint,
+    load_checkpoint,
+    read_rows,
+    truncate_rows,
+)
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
 from lmpo.trainer.state import RunState
@@ -36,6 +45,7 @@ class Run:
     heldout: object
     state: RunState
     writer: object = None  # TensorBoard, when log.tensorboard
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the lock
 
     @property
     def metrics_path(self) -> Path:
@@ -59,22 +69,43 @@ class Run:
     def close(self) -> None:
         if self.writer:
             self.writer.close()
+        self.held.close()
 
 
 def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
              verbose: bool) -> Run:
-    """Check, build and (with `resume`) restore the run in `run_dir`; evaluate the
-    starting policy once (kept in the state, so a resumed run does not redo it)."""
+    """Check, lock, build and (with `resume`) restore the run in `run_dir`; evaluate the
+    starting policy once (kept in the state, so a resumed run does not redo it). The run
+    holds `run_dir`'s lock (`lmpo.locks`) until `Run.close`. A directory this call
+    created is removed again if the run cannot start (a task file, a reward function or a
+    checkpoint that fails): a bad input leaves nothing behind."""
+    parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
+    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build the warm start
+    fresh = not run_dir.exists()
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(directory_lock(run_dir, what="lmpo train"))
+        run = restore_run(cfg, run_dir, policy_dir, resume=resume, progress=progress,
+                          verbose=verbose)
+    except BaseException as exc:
+        held.close()
+        if fresh and not isinstance(exc, LockedError):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    run.held = held
+    return run
+
+
+def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bool,
+                progress: bool, verbose: bool) -> Run:
+    """Under the lock: the checks that read the directory, the parts, the state."""
     metrics_path = run_dir / "metrics.jsonl"
     if not resume and read_rows(metrics_path):
         raise ConfigError(f"{run_dir} already holds a run (metrics.jsonl); pass --resume to "
                           "continue it or choose a new --run-dir")
-    parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
-    ckpt = latest_checkpoint(run_dir) if resume else None
+    ckpt = latest_intact_checkpoint(run_dir) if resume else None
     if resume:
         check_resumable(run_dir / "config.yaml", cfg)
-    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build the warm start
-    run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     run = build_run(cfg, run_dir, policy_dir, progress=progress)

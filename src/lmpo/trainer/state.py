@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from lmpo.trainer.checkpoint import CheckpointError
+
 
 @dataclass
 class Counters:
@@ -55,12 +57,12 @@ class RunState:
         for name in self._PARTS:
             part, saved = getattr(self, name), state.get(name)  # older checkpoints lack parts
             if (part is None) != (saved is None):
-                raise ValueError(f"checkpoint {'has no' if saved is None else 'has a'} "
+                raise CheckpointError(f"checkpoint {'has no' if saved is None else 'has a'} "
                                  f"{name} state but this run {'has' if part else 'has none'}")
             if part is not None:
                 part.load_state_dict(saved)
         if set(state["rngs"]) != set(self.rngs):
-            raise ValueError(f"checkpoint generators {sorted(state['rngs'])} differ from this "
+            raise CheckpointError(f"checkpoint generators {sorted(state['rngs'])} differ from this "
                              f"run's {sorted(self.rngs)}")
         for k, g in self.rngs.items():
             g.set_state(state["rngs"][k])

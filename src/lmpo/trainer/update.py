@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
+from lmpo.errors import RunError
 from lmpo.losses import aggregate, kl_penalty, value_loss
 from lmpo.masked import masked_mean
 from lmpo.trainer.batch import critic_values, forward_logprobs
 
 
-class NonFiniteError(RuntimeError):
-    pass
+class NonFiniteError(RunError):
+    """Updates kept going non-finite; names the term and the step."""
 
 
 @dataclass

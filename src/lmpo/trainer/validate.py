@@ -5,6 +5,9 @@ each; the parts' own hyper-parameters are checked by building them (`TrainConfig
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from lmpo.config import ConfigError
 from lmpo.registry import nearest
 from lmpo.user_modules import import_user_modules
@@ -17,6 +20,7 @@ ROLLOUT_DTYPES = ("float32", "bfloat16")
 def validate(cfg) -> None:
     """Raise ConfigError on the first failed check of `cfg` (a TrainConfig)."""
     import_user_modules(cfg.imports)  # your own parts register before their names resolve
+    check_finite(cfg)
     check_names(cfg)
     for ok, msg in [*counts(cfg), *rollout_checks(cfg), *optim_checks(cfg),
                     *setting_checks(cfg)]:
@@ -26,6 +30,17 @@ def validate(cfg) -> None:
 
     build_reward(cfg.reward.fn, None)  # an unknown name or a missing function fails now
     check_parts(cfg)
+
+
+def check_finite(section, prefix: str = "") -> None:
+    """Every number in the config's own fields is finite (NaN and inf pass no range check:
+    `lr > 0` holds for inf). The parts' hyper-parameters have their own domains."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            check_finite(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{f.name} must be a finite number, got {value}")
 
 
 def check_names(cfg) -> None:

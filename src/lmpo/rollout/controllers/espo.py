@@ -36,7 +36,18 @@ from lmpo.rollout.controllers.registry import CONTROLLERS
 MODES = ("full", "regret_only", "value_only")
 
 
-@CONTROLLERS.register("espo", diagnostics=STOP_DIAGNOSTICS, title="ESPO",
+DOMAINS = {
+    "mode": "{full, regret_only, value_only}", "beta": "(0, inf]", "adapt_beta": "bool",
+    "target_rate": "(0, 1)", "beta_lr": "[0, inf)", "beta_min": "(0, inf)",
+    "beta_max": "(0, inf]", "alpha_s": "[0, 1)", "eps_v": "(0, inf)", "clip": "(0, inf]",
+    "ema_decay": "[0, 1)", "r_fail": "real", "warmup": "bool",
+    "warmup_baseline_steps": "int [1, inf)", "warmup_loss_frac": "(0, 1]",
+    "warmup_rel_change": "[0, inf)", "warmup_patience": "int [1, inf)",
+    "warmup_force_frac": "[0, 1]", "min_tokens": "int [1, inf)",
+    "measure_false_positives": "bool"}
+
+
+@CONTROLLERS.register("espo", diagnostics=STOP_DIAGNOSTICS, domains=DOMAINS, title="ESPO",
                       source="arXiv 2605.29860",
                       summary="stops failing rollouts mid-flight when smoothed regret exceeds "
                               "beta * max(V, eps_v), after a relative critic warm-up; "

@@ -37,6 +37,11 @@ def reference_tokens(path: str | Path) -> list[float]:
 
 
 @CONTROLLERS.register("random_stop", diagnostics=STOP_DIAGNOSTICS,
+                      domains={"savings": "(0, 1) | None", "reference": "path | None",
+                               "hazard": "(0, 1)", "gain": "(0, inf)", "r_fail": "real",
+                               "min_tokens": "int [1, inf)", "measure_false_positives": "bool"},
+                      example={"savings": 0.2},
+                      requires={"savings": {"measure_false_positives": True}},
                       title="ESPO variant F", source="arXiv 2605.29860",
                       summary="random stopping at the same token savings as an ESPO run "
                               "(ESPO's ablation)")
@@ -94,7 +99,8 @@ class RandomStop(StopAccounting):
         target = self.target_tokens(step)
         if target > 0:
             error = (self.tokens_cum - target) / target  # > 0: too many tokens, stop more
-            self.hazard = min(max(self.hazard * math.exp(self.gain * error), 1e-4), 0.5)
+            step = min(self.gain * error, 50.0)  # a far-off target moves it fast, not to inf
+            self.hazard = min(max(self.hazard * math.exp(step), 1e-4), 0.5)
 
     def metrics(self) -> dict[str, float]:
         return super().metrics() | {"espo/hazard": self.hazard}

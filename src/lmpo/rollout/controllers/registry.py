@@ -12,7 +12,7 @@ from lmpo.registry import Registry
 
 CONTROLLERS = Registry("rollout controller", defaults={
     "diagnostics": (), "engagement": None, "preset_keys": (), "title": "", "source": "",
-    "summary": ""})
+    "summary": "", "example": {}})  # example: hparams that make a valid instance
 CONTEXT = ("total_steps", "seed")
 DEFAULT_CONTROLLER = "none"  # stops nothing
 

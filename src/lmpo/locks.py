@@ -1,0 +1,81 @@
+"""One lmpo process per run or sweep directory: an exclusive lock held while it works.
+
+`directory_lock(dir)` takes an exclusive `flock` on `dir/.lock` (created, with the
+directory, on first use) and writes the holder into it: pid, host, start time and what it
+is doing. A second `lmpo train` or `lmpo compare` on a directory in use fails at once with
+one line naming the holder. The lock is the kernel's: it dies with its process however the
+process ends, so a lock whose holder was killed is taken over, with a notice naming the
+holder that is gone. A holder that finishes clears the file.
+
+`flock` is per machine: on a network file system whose mount does not pass locks
+through, two hosts would not see each other's locks (the holder line names its host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmpo.errors import LockedError
+
+LOCK_FILE = ".lock"
+
+
+def describe(holder: dict) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+    return (f"{holder.get('what', 'lmpo')}, pid {holder.get('pid', '?')} on "
+            f"{holder.get('host', '?')} since {started}")
+
+
+def _holder(fh) -> dict:
+    fh.seek(0)
+    text = fh.read().strip()
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {"what": f"an unreadable lock ({text[:40]!r})"}
+
+
+def notice_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str | Path, *, what: str,
+                   notice=notice_stderr) -> Iterator[Path]:
+    """Hold `directory`'s lock for the block; LockedError if another process holds it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fh = open(directory / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held open)
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(f"{directory} is in use by another lmpo process "
+                              f"({describe(_holder(fh))}): wait for it to end, or use "
+                              "another directory") from None
+        previous = _holder(fh)
+        if previous:
+            notice(f"lmpo: {directory}: took over the lock of {describe(previous)}, which "
+                   "ended without releasing it")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.time(), "what": what}) + "\n")
+        fh.flush()
+        try:
+            yield directory
+        finally:
+            fh.seek(0)
+            fh.truncate()  # a clean end leaves no holder behind
+            fh.flush()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    finally:
+        fh.close()
