@@ -49,8 +49,11 @@ def test_refill_keeps_whole_varied_groups_in_order_and_counts_every_token():
     more = iter([drawn(1, [0, 0, 0, 0, 1, 1, 0, 0], prompt_w=4, resp_w=5),  # nothing varies
                  drawn(2, [0, 1, 1, 1, 1, 0, 0, 1], resp_w=2)])  # 0, 2, 3 vary: one surplus
     batch, m = refill(first, lambda: next(more), group=G, max_batches=5, pad_token_id=PAD)
-    assert batch.problems == ["p0-2", "p0-3", "p0-6", "p0-7", "p2-0", "p2-1", "p2-4", "p2-5"]
-    assert batch.scored == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert len(batch.problems) == 24  # every generated sample: the population
+    kept = batch.keep.nonzero().flatten()
+    assert [batch.problems[i] for i in kept] == ["p0-2", "p0-3", "p0-6", "p0-7", "p2-0",
+                                                 "p2-1", "p2-4", "p2-5"]
+    assert [batch.scored[i] for i in kept] == [0, 1, 1, 0, 0, 1, 1, 0]
     std = m.pop("reward/std")
     assert std == pytest.approx(float(torch.tensor([1.0] * 11 + [0.0] * 13).std()))
     assert m == {"data/gen_batches": 3.0, "data/groups_dropped": 2 + 4 + 1,
@@ -58,11 +61,12 @@ def test_refill_keeps_whole_varied_groups_in_order_and_counts_every_token():
     r = batch.rollout
     assert r.num_generated == sum(x.rollout.num_generated for x in
                                   (first, drawn(1, [0] * 8, 4, 5), drawn(2, [0] * 8, resp_w=2)))
-    assert r.prompt_ids.shape == (8, 2) and r.response_ids.shape == (8, 3)  # widest kept
-    assert r.prompt_ids[:, -1].tolist() == [2, 3, 6, 7, 200, 201, 204, 205]
-    assert r.lengths.tolist() == [3, 1, 1, 2, 1, 2, 1, 2]
+    assert r.prompt_ids.shape == (24, 4) and r.response_ids.shape == (24, 5)  # widest round
+    assert r.prompt_ids[kept, -1].tolist() == [2, 3, 6, 7, 200, 201, 204, 205]
+    assert r.lengths[kept].tolist() == [3, 1, 1, 2, 1, 2, 1, 2]
     assert torch.equal(r.response_mask.sum(-1), r.lengths.float())
-    assert torch.equal(r.logp, -r.response_mask * torch.tensor([1.0] * 4 + [3.0] * 4)[:, None])
+    assert torch.equal(r.logp[kept], -r.response_mask[kept]
+                       * torch.tensor([1.0] * 4 + [3.0] * 4)[:, None])
     assert (r.response_ids[r.response_mask == 0] == PAD).all()
     assert batch.scorer_errors == 0 + 1 + 2
 
@@ -71,10 +75,11 @@ def test_refill_stops_after_max_batches_with_what_it_has():
     more = iter([drawn(1, [1, 1, 1, 0])])
     batch, m = refill(drawn(0, [0, 0, 0, 1]), lambda: next(more), group=2, max_batches=2,
                       pad_token_id=PAD)
-    assert batch.problems == ["p0-2", "p0-3", "p1-2", "p1-3"] and m["data/gen_batches"] == 2
+    assert [batch.problems[i] for i in batch.keep.nonzero().flatten()] == [
+        "p0-2", "p0-3", "p1-2", "p1-3"] and m["data/gen_batches"] == 2
     flat, m = refill(drawn(0, [0, 0, 1, 1]), lambda: drawn(1, [1, 1, 0, 0]), group=2,
                      max_batches=3, pad_token_id=PAD)
-    assert flat.problems == ["p0-0", "p0-1", "p0-2", "p0-3"]  # nothing varied: A = 0 batch
+    assert len(flat.problems) == 12 and not flat.keep.any()  # nothing varied: nothing kept
     assert flat.rollout.num_generated == 3 * drawn(0, [0] * 4).rollout.num_generated
     assert m["data/groups_dropped"] == 6.0
 
@@ -106,3 +111,26 @@ def test_refill_needs_dynamic_sampling_in_the_group_family():
                                           "family"):
         load_config(TrainConfig, "ppo_clip", ["rollout.max_gen_batches=3",
                                               "rollout.dynamic_sampling=true"])
+
+
+def test_entropy_covers_every_generated_sample_and_the_kept_subset_has_its_own(sft_run,
+                                                                              tmp_path):
+    """Without a filter the population is the update's batch: policy/entropy equals the
+    kept-subset entropy. With dynamic sampling (and a refill) both are logged and differ;
+    the shares of samples that entered the update say why."""
+    rows = {}
+    for name, preset in (("grpo", "grpo"), ("dapo", "dapo")):
+        cfg = load_config(TrainConfig, preset, [
+            f"policy={sft_run[0]}", "steps=3", "rollout.max_gen_batches=3",
+            "log.eval_every=1000", "log.eval_per_tier=4", "log.tensorboard=false"]
+            if preset == "dapo" else [f"policy={sft_run[0]}", "steps=3",
+                                      "log.eval_every=1000", "log.eval_per_tier=4",
+                                      "log.tensorboard=false"])
+        train(cfg, tmp_path / name, progress=False)
+        rows[name] = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").open()]
+    for r in rows["grpo"]:
+        assert r["policy/entropy"] == pytest.approx(r["policy/entropy_kept"], rel=1e-6)
+        assert r["data/update_share"] == 1.0
+    assert any(abs(r["policy/entropy"] - r["policy/entropy_kept"]) > 1e-4
+               for r in rows["dapo"])
+    assert all(r["data/update_share"] < 1.0 for r in rows["dapo"] if r["data/groups_dropped"])

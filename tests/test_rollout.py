@@ -189,3 +189,18 @@ def test_draw_samples_the_categorical_distribution():
     one_hot = torch.zeros(3, 7)
     one_hot[torch.arange(3), torch.tensor([6, 0, 3])] = 1.0
     assert draw(one_hot).tolist() == [6, 0, 3]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_recorded_entropy_is_the_sampling_distributions(policy, tok, temperature):
+    """Entropy at the sampling temperature, per generated token, equal to a teacher-forced
+    float32 pass's (the policy the update starts from)."""
+    r = run(policy, tok, temperature=temperature)
+    ids, mask = r.full_sequences()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = policy(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    lp = torch.log_softmax(logits[:, r.prompt_ids.shape[1] - 1:-1].float() / temperature, -1)
+    want = -(lp.exp() * lp).sum(-1) * r.response_mask
+    torch.testing.assert_close(r.entropy, want, rtol=0, atol=1e-5)
+    assert (r.entropy[r.response_mask == 0] == 0).all()

@@ -1,9 +1,9 @@
 """Batched autoregressive sampling with a KV cache for any Hugging Face causal LM.
 
 Records, at every step, the behaviour log-prob of the sampled token, the regret
-(greedy log-prob minus chosen log-prob, ESPO's g_t) and optionally the critic's
-value. Finished rows are dropped from the active batch (their KV-cache rows are
-removed), so they stop costing compute.
+(greedy log-prob minus chosen log-prob, ESPO's g_t), the sampling distribution's entropy
+and optionally the critic's value. Finished rows are dropped from the active batch (their
+KV-cache rows are removed), so they stop costing compute.
 """
 
 from __future__ import annotations
@@ -105,14 +105,16 @@ class _Written:
         self.ids = torch.full((b, width), pad_token_id, dtype=torch.long)
         self.logp = torch.zeros((b, width))
         self.regret = torch.zeros((b, width))
+        self.entropy = torch.zeros((b, width))
         self.values = torch.zeros((b, width)) if with_values else None
         self.lengths = torch.zeros(b, dtype=torch.long)
         self.reasons = ["length"] * b
         self.generated = 0
 
-    def record(self, rows, t, token, chosen, regret, vals) -> None:
+    def record(self, rows, t, token, chosen, regret, entropy, vals) -> None:
         self.ids[rows, t] = token
         self.logp[rows, t] = chosen
+        self.entropy[rows, t] = entropy
         if regret is not None:
             self.regret[rows, t] = regret
         if vals is not None:
@@ -128,7 +130,8 @@ class _Written:
             response_mask=mask, logp=self.logp[:, :width] * mask,
             regret=self.regret[:, :width] * mask,
             values=None if self.values is None else self.values[:, :width] * mask,
-            stop_reason=self.reasons, num_generated=self.generated, lengths=self.lengths)
+            stop_reason=self.reasons, num_generated=self.generated, lengths=self.lengths,
+            entropy=self.entropy[:, :width] * mask)
 
 
 class _Decoding:
@@ -194,17 +197,21 @@ class _Decoding:
 
 
 def _choose(logits: torch.Tensor, temperature: float, generator, record_regret: bool):
-    """(token [B], its log-prob [B], regret [B] or None) from the step's logits."""
+    """(token [B], its log-prob [B], regret [B] or None, the distribution's entropy [B])
+    from the step's logits, at the sampling temperature."""
     logits = logits.float()
     if temperature > 0:
         logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
-        token = draw(logprobs.exp(), generator)
+        probs = logprobs.exp()
+        token = draw(probs, generator)
     else:
         logprobs = torch.log_softmax(logits, dim=-1)
+        probs = logprobs.exp()
         token = logprobs.argmax(-1)
     chosen = logprobs.gather(1, token[:, None]).squeeze(1)
     regret = (logprobs.max(-1).values - chosen).cpu() if record_regret else None
-    return token, chosen, regret
+    entropy = -(probs * logprobs).sum(-1)
+    return token, chosen, regret, entropy
 
 
 def _finish(dec: _Decoding, out: _Written, t: int, token_c, rows_c, live, regret, vals, eos,
@@ -260,16 +267,18 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     if stopper is not None:
         stopper.begin_batch(len(prompts))
     for t in range(max_new_tokens):
-        token, chosen, regret = _choose(dec.logits, temperature, generator, record_regret)
-        token_c, chosen_c = token.cpu(), chosen.cpu()
+        token, chosen, regret, entropy = _choose(dec.logits, temperature, generator,
+                                                 record_regret)
+        token_c, chosen_c, entropy_c = token.cpu(), chosen.cpu(), entropy.cpu()
         vals = dec.values.float().cpu() if dec.values is not None else None
         live, rows_c = None, dec.rows  # live: None while every batch row is generating
         if dec.n_alive < len(dec.rows):  # finished rows riding along until compaction
             live = dec.alive.nonzero().flatten()
             rows_c, token_c, chosen_c = dec.rows[live], token_c[live], chosen_c[live]
+            entropy_c = entropy_c[live]
             regret = regret[live] if regret is not None else None
             vals = vals[live] if vals is not None else None
-        out.record(rows_c, t, token_c, chosen_c, regret, vals)
+        out.record(rows_c, t, token_c, chosen_c, regret, entropy_c, vals)
         _finish(dec, out, t, token_c, rows_c, live, regret, vals, eos, stopper)
         if t == max_new_tokens - 1 or dec.n_alive == 0:
             break

@@ -21,6 +21,7 @@ class Rollout:
     stop_reason: list[str]
     num_generated: int  # tokens generated in this call, all rows
     lengths: torch.Tensor = field(default=None)  # [B] response lengths
+    entropy: torch.Tensor | None = None  # [B, T] the sampling distribution's entropy per token
 
     @property
     def batch_size(self) -> int:
@@ -41,7 +42,8 @@ class Rollout:
             logp=self.logp[rows], regret=self.regret[rows],
             values=None if self.values is None else self.values[rows],
             stop_reason=[self.stop_reason[i] for i in pick], num_generated=self.num_generated,
-            lengths=self.lengths[rows])
+            lengths=self.lengths[rows],
+            entropy=None if self.entropy is None else self.entropy[rows])
 
     def full_sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids [B, P+T], attention_mask [B, P+T]) for a teacher-forced pass."""

@@ -41,6 +41,13 @@ def group_advantages(state, batch, scored, cfg) -> dict:
     return metrics | token_zero_frac(seq_adv, scored.rollout.response_mask, tiers)
 
 
+def update_advantage_size(batch) -> dict[str, float]:
+    """adv/abs_mean: mean |A| over the valid tokens of the samples the update trains on."""
+    keep = batch.keep.to(batch.adv.device)
+    mask = batch.resp_mask[keep]
+    return {"adv/abs_mean": float((batch.adv[keep].abs() * mask).sum() / mask.sum().clamp(min=1))}
+
+
 def advantage_stage(name: str):
     """The stage function for estimator `name`'s family."""
     return critic_advantages if advantage_meta(name)["needs_critic"] else group_advantages

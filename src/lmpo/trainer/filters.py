@@ -2,8 +2,10 @@
 
 A filter is a component of the run (`build_filter`) with two calls: `collect(draw)`
 runs the generation rounds of one step (one `draw()`, or more to refill what it drops)
-and `keep(scores, group_ids)` names the samples that take part in the update, each with
-its own metrics. `KeepAll` keeps everything. `VariedGroups` is dynamic sampling
+and returns every sample they generated, and `keep(scored)` names the samples that take
+part in the update, each call with its own metrics. Metrics that arms compare are computed
+over every generated sample (the same population in every arm); the update trains on the
+kept ones. `KeepAll` keeps everything. `VariedGroups` is dynamic sampling
 (`rollout.dynamic_sampling`): a group whose rewards are all equal has zero advantage, so
 it is dropped; with `rollout.max_gen_batches` > 1 more prompt batches are generated
 (verl's `max_num_gen_batches`) until `batch_size / G` varied groups are kept or that many
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -27,12 +29,16 @@ from lmpo.rollout.types import Rollout
 
 @dataclass
 class Drawn:
-    """One generation round: the problems (G copies each), rollout and scores."""
+    """A step's generated samples: the problems (G copies each), rollout and scores, of
+    one generation round or of every round a refill ran (the whole population: metrics that
+    arms compare cover it). `keep` marks the rows a refill chose for the update (None: the
+    filter decides in `keep`)."""
     problems: list
     rollout: Rollout
     scored: list[float | None]
     hits: list[bool]
     scorer_errors: int
+    keep: torch.Tensor | None = None  # [B] bool
 
 
 def varied_groups(scored: list[float | None], group: int) -> list[int]:
@@ -48,10 +54,11 @@ def varied_groups(scored: list[float | None], group: int) -> list[int]:
 
 def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: int,
            pad_token_id: int) -> tuple[Drawn, dict]:
-    """Keep the varied groups of `first` and of further `draw()` rounds until the batch's
-    number of groups is reached or `max_batches` rounds have run. Returns the kept batch
-    (every kept group whole, in order drawn) and its metrics, with the reward and accuracy
-    of *every* generated sample (the policy's, not the filtered batch's)."""
+    """Draw rounds until the varied groups of `first` and the further `draw()` rounds fill
+    the batch's number of groups or `max_batches` rounds have run. Returns every round's
+    samples as one (the population), with `keep` marking the first `batch_size / G` varied
+    groups in the order drawn, and the metrics: reward and accuracy over *every* generated
+    sample (the policy's, not the filtered batch's)."""
     want = len(first.problems) // group
     rounds, kept, dropped = [first], [], 0
     while True:
@@ -63,12 +70,10 @@ def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: 
             break
         rounds.append(draw())
     unused = max(0, len(kept) - want)
-    kept = kept[:want]
-    parts = []
-    for r, d in enumerate(rounds):
-        rows = [q * group + i for (rr, q) in kept if rr == r for i in range(group)]
-        if rows:
-            parts.append((d, rows))
+    offsets = [sum(len(d.scored) for d in rounds[:r]) for r in range(len(rounds))]
+    keep = torch.zeros(offsets[-1] + len(rounds[-1].scored), dtype=torch.bool)
+    for r, q in kept[:want]:
+        keep[offsets[r] + q * group: offsets[r] + (q + 1) * group] = True
     every = [s for d in rounds for s in d.scored if s is not None]
     hits = [h for d in rounds for h in d.hits]
     metrics = {"data/gen_batches": float(len(rounds)), "data/groups_dropped": float(dropped),
@@ -77,17 +82,12 @@ def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: 
                "reward/std": statistics.stdev(every) if len(every) > 1 else 0.0,
                "reward/accuracy": sum(hits) / len(hits)}
     generated = sum(d.rollout.num_generated for d in rounds)
-    if not parts:  # nothing varied in any round: train on the first round (all A = 0)
-        return Drawn(first.problems, replace(first.rollout, num_generated=generated),
-                     first.scored, first.hits, sum(d.scorer_errors for d in rounds)), metrics
-    batch = Drawn(
-        problems=[d.problems[i] for d, rows in parts for i in rows],
-        rollout=concat([d.rollout.select(torch.tensor(rows)) for d, rows in parts],
-                       pad_token_id, generated),
-        scored=[d.scored[i] for d, rows in parts for i in rows],
-        hits=[d.hits[i] for d, rows in parts for i in rows],
-        scorer_errors=sum(d.scorer_errors for d in rounds))
-    return batch, metrics
+    population = Drawn(
+        problems=[p for d in rounds for p in d.problems],
+        rollout=concat([d.rollout for d in rounds], pad_token_id, generated),
+        scored=[s for d in rounds for s in d.scored], hits=hits,
+        scorer_errors=sum(d.scorer_errors for d in rounds), keep=keep)
+    return population, metrics
 
 
 def _pad(x: torch.Tensor, width: int, value, left: bool = False) -> torch.Tensor:
@@ -113,7 +113,9 @@ def concat(parts: list[Rollout], pad_token_id: int, num_generated: int) -> Rollo
         logp=torch.cat([_pad(r.logp, t, 0.0) for r in parts]),
         regret=torch.cat([_pad(r.regret, t, 0.0) for r in parts]),
         values=values, stop_reason=[s for r in parts for s in r.stop_reason],
-        num_generated=num_generated, lengths=torch.cat([r.lengths for r in parts]))
+        num_generated=num_generated, lengths=torch.cat([r.lengths for r in parts]),
+        entropy=None if any(r.entropy is None for r in parts) else
+        torch.cat([_pad(r.entropy, t, 0.0) for r in parts]))
 
 
 class KeepAll:
@@ -122,8 +124,8 @@ class KeepAll:
     def collect(self, draw: Callable[[], Drawn]) -> tuple[Drawn, dict]:
         return draw(), {}
 
-    def keep(self, scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        return torch.arange(len(scores)), {}
+    def keep(self, scored) -> tuple[torch.Tensor, dict]:
+        return torch.arange(len(scored.scores)), {}
 
 
 @dataclass
@@ -142,9 +144,13 @@ class VariedGroups:
         return refill(first, draw, group=self.group, max_batches=self.max_batches,
                       pad_token_id=self.pad_token_id)
 
-    def keep(self, scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        keep, dropped = nonzero_variance_groups(scores, group_ids)
-        return keep, {"data/groups_dropped": float(dropped)}  # a refill's count wins
+    def keep(self, scored) -> tuple[torch.Tensor, dict]:
+        """The varied groups (of those a refill chose, if it ran); a refill's own
+        data/groups_dropped count wins over this one."""
+        keep, dropped = nonzero_variance_groups(scored.scores, scored.group_ids)
+        if scored.keep is not None:
+            keep = keep[scored.keep[keep]]
+        return keep, {"data/groups_dropped": float(dropped)}
 
 
 FILTER_KEYS = ("rollout.dynamic_sampling", "rollout.max_gen_batches")  # the filter's config

@@ -17,12 +17,14 @@ from lmpo.evaluate import metrics_row, result_from_row
 from lmpo.faults import crash_point
 from lmpo.models import save_policy
 from lmpo.models.adapters import merged_copy
+from lmpo.trainer.advantage import update_advantage_size
 from lmpo.trainer.checkpoint import append_row, read_rows, save_checkpoint
 from lmpo.trainer.setup import Run, open_run, progress_bar, training_pool
 from lmpo.trainer.stages import (
     Clock,
     after_update,
     draw_and_score,
+    population_metrics,
     step_metrics,
     training_batch,
     usable,
@@ -98,16 +100,15 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
     batch, anchors = training_batch(step, cfg, state, scored, rt.device)
-    row |= anchors
+    batch.keep, kept = rt.filter.keep(scored)
+    row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages
-    row |= bound.advantages(state, batch, scored, cfg)
-    batch.keep, kept = rt.filter.keep(scored.scores, scored.group_ids)
-    row |= kept
+    row |= bound.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
     # ================================================================ update
     row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step)
     clock.mark("updated")
     # ================================================================ diagnostics
-    row |= after_update(step, cfg, state, bound, batch, row["train/updates"])
+    row |= after_update(step, cfg, state, bound, batch)
     # ================================================================ log
     # with a refill, the filter's reward/* cover every generated sample
     row |= step_metrics(state, scored, lr_at(step, cfg)) | filter_metrics \

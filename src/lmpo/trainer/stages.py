@@ -91,6 +91,8 @@ class Scored:
     correct: torch.Tensor  # [B] exact correctness of every generated sample
     scorer_errors: int
     unscored: int
+    generated: int  # samples generated (scored or not): update_share's denominator
+    keep: torch.Tensor | None = None  # [B'] bool: the rows a refill chose for the update
 
 
 def usable(drawn: Drawn, group: int) -> Scored:
@@ -99,31 +101,33 @@ def usable(drawn: Drawn, group: int) -> Scored:
     group_ids = torch.arange(len(drawn.problems)) // group
     used = torch.tensor([i for i, s in enumerate(drawn.scored) if s is not None],
                         dtype=torch.long)
-    rollout, problems = drawn.rollout, drawn.problems
+    rollout, problems, keep = drawn.rollout, drawn.problems, drawn.keep
     if 0 < len(used) < len(drawn.scored):
         rollout, group_ids = rollout.select(used), group_ids[used]
         problems = [problems[i] for i in used.tolist()]
+        keep = None if keep is None else keep[used]
     return Scored(problems, rollout,
                   torch.tensor([s for s in drawn.scored if s is not None], dtype=torch.float32),
                   group_ids, torch.tensor([float(ok) for ok in drawn.hits]),
-                  drawn.scorer_errors, len(drawn.scored) - len(used))
+                  drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), keep)
 
 
 def training_batch(step: int, cfg, state, scored: Scored, device) -> tuple[TrainBatch, dict]:
-    """The update's tensors and anchors: the behaviour log-probs (or their float32
-    recompute), the float32 pre-update log-probs where a diagnostic or the anchor needs
-    them (with `rollout/logp_mismatch`), and the reference's log-probs where a KL needs
-    them."""
+    """The update's tensors and anchors, over every scored sample: the behaviour log-probs
+    (or their float32 recompute), the float32 pre-update log-probs where a diagnostic or
+    the anchor needs them (with `rollout/logp_mismatch`; for a low-precision rollout also
+    the float32 policy's entropy), and the reference's log-probs where a KL needs them."""
     rollout, row = scored.rollout, {}
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
     old_logp, temperature = rollout.logp.to(device), cfg.rollout.temperature
-    pre_update = None
-    if cfg.rollout.old_logp == "recompute" or cfg.rollout.dtype != "float32" \
-            or diagnostic_step(step, cfg):
+    pre_update, pre_entropy, low_precision = None, None, cfg.rollout.dtype != "float32"
+    if cfg.rollout.old_logp == "recompute" or low_precision or diagnostic_step(step, cfg):
         with torch.no_grad():
-            recomputed, _ = forward_logprobs(state.policy, ids, mask, resp_ids, temperature,
-                                             with_entropy=False)
+            recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
+                                                   temperature, with_entropy=low_precision)
+        if low_precision:  # the float32 policy's entropy, not the rollout copy's
+            pre_entropy = entropy * resp_mask
         row["rollout/logp_mismatch"] = float(masked_mean((old_logp - recomputed).abs(),
                                                          resp_mask))
         pre_update = recomputed * resp_mask
@@ -136,7 +140,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device) -> tuple[Train
                                            with_entropy=False)
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
-                      pre_update=pre_update), row
+                      pre_update=pre_update, pre_entropy=pre_entropy), row
 
 
 def diagnostic_step(step: int, cfg) -> bool:
@@ -144,27 +148,40 @@ def diagnostic_step(step: int, cfg) -> bool:
     return (step - 1) % cfg.log.policy_kl_every == 0
 
 
-def after_update(step: int, cfg, state, bound, batch: TrainBatch, updates: float) -> dict:
-    """A float32 pass over the batch after the update, on diagnostic steps (and on a step
-    that trained nothing, for its entropy): the KL between consecutive policies (k3; a
-    low-precision rollout's mismatch is rollout/logp_mismatch, not a step the update took)
-    and the loss's post-update diagnostics; the KL to the reference wherever it exists."""
+def after_update(step: int, cfg, state, bound, batch: TrainBatch) -> dict:
+    """A float32 pass over the batch after the update, on diagnostic steps: the KL between
+    consecutive policies (k3; a low-precision rollout's mismatch is rollout/logp_mismatch,
+    not a step the update took) and the loss's post-update diagnostics; the KL to the
+    reference wherever it exists."""
     row = {}
-    if diagnostic_step(step, cfg) or updates == 0:
+    if diagnostic_step(step, cfg):
         with torch.no_grad():
-            new_logp, ent = forward_logprobs(state.policy, batch.ids, batch.mask,
-                                             batch.resp_ids, cfg.rollout.temperature)
-        if updates == 0:  # nothing trained (all groups dropped, or every update skipped)
-            row["policy/entropy"] = float(masked_mean(ent, batch.resp_mask))
-        if diagnostic_step(step, cfg):
-            step_rho = new_logp - batch.pre_update
-            row["kl/consecutive"] = float(masked_mean(
-                torch.exp(step_rho.clamp(-20, 20)) - 1 - step_rho, batch.resp_mask))
-            for diagnostic in bound.post_update:
-                row |= diagnostic(new_logp, batch.old_logp, batch.adv, batch.resp_mask)
+            new_logp, _ = forward_logprobs(state.policy, batch.ids, batch.mask,
+                                           batch.resp_ids, cfg.rollout.temperature,
+                                           with_entropy=False)
+        step_rho = new_logp - batch.pre_update
+        row["kl/consecutive"] = float(masked_mean(
+            torch.exp(step_rho.clamp(-20, 20)) - 1 - step_rho, batch.resp_mask))
+        for diagnostic in bound.post_update:
+            row |= diagnostic(new_logp, batch.old_logp, batch.adv, batch.resp_mask)
     if batch.ref_logp is not None:
         row["kl/ref"] = float(masked_mean(batch.old_logp - batch.ref_logp, batch.resp_mask))
     return row
+
+
+def population_metrics(scored: Scored, keep: torch.Tensor, entropy_tokens) -> dict:
+    """What arms compare, over every generated sample: `policy/entropy`, the token-mean
+    entropy at the sampling temperature of the float32 policy the update starts from (the
+    sampler's, or for a low-precision rollout a float32 pass's, `entropy_tokens`), and the
+    share of generated samples that enter the update. The kept subset's entropy has its own
+    name, `policy/entropy_kept` (equal to `policy/entropy` where no filter drops samples)."""
+    rollout = scored.rollout
+    ent = entropy_tokens if entropy_tokens is not None else rollout.entropy
+    ent, mask = ent.to(rollout.response_mask.device), rollout.response_mask
+    keep = keep.to(mask.device)
+    return {"policy/entropy": float(masked_mean(ent, mask)),
+            "policy/entropy_kept": float(masked_mean(ent[keep], mask[keep])),
+            "data/update_share": len(keep) / max(scored.generated, 1)}
 
 
 def step_metrics(state, scored: Scored, lr: float) -> dict:
@@ -173,6 +190,8 @@ def step_metrics(state, scored: Scored, lr: float) -> dict:
     state.counters.tokens += generated
     return {"reward/mean": float(scores.mean()) if len(scores) else 0.0,
             "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
+            "reward/min": float(scores.min()) if len(scores) else 0.0,
+            "reward/max": float(scores.max()) if len(scores) else 0.0,
             "reward/accuracy": float(scored.correct.mean()),
             "tokens/generated": float(generated),
             "tokens/cumulative": float(state.counters.tokens),

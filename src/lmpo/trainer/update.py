@@ -40,6 +40,7 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # [B, T], actor-critic only
     pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
     # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
+    pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
 
 
 EXTREMES = ("_min", "_max")
@@ -99,8 +100,17 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         if critic is not None:
             for k, x in v_metrics.items():
                 combine(sums, k, x, frac)
-        sums["policy/entropy"] += float(masked_mean(ent.detach(), m)) * frac
+        sums["policy/entropy_update"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
+
+
+def clip_metrics(norm: float, clip: float) -> dict[str, float]:
+    """grad/norm: the pre-clip norm; grad/clipped_frac: 1 if clipping rescaled the step
+    (as torch's clip_grad_norm_ decides: clip < norm + 1e-6); grad/step_norm: the norm of
+    the step taken (post-clip). Averaged over the step's optimiser steps."""
+    rescaled = clip < norm + 1e-6
+    return {"grad/norm": norm, "grad/clipped_frac": float(rescaled),
+            "grad/step_norm": norm * min(1.0, clip / (norm + 1e-6))}
 
 
 def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int) -> dict:
@@ -137,7 +147,7 @@ def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step:
                 metrics["grad/critic_norm"] = float(torch.nn.utils.clip_grad_norm_(
                     critic.parameters(), cfg.optim.grad_clip))
                 state.critic_opt.step()
-            metrics["grad/norm"] = float(grad_norm)
+            metrics |= clip_metrics(float(grad_norm), cfg.optim.grad_clip)
             for k, v in metrics.items():
                 combine(sums, k, v, 1.0)
             updates += 1
