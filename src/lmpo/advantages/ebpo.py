@@ -67,7 +67,8 @@ class Prior:
 
 @ADVANTAGES.register("ebpo", wants_clusters=True,
                      diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
-                                  "grad/norm"),
+                                  "grad/norm", "adv/allfail_frac", "adv/allfail_mean"),
+                     engagement="adv/allfail_mean",
                      domains={"eps": "[0, inf)", "scale": "{global, none}",
                               "prior": "{global, cluster}", "decay": "(0, 1) | None"},
                      title="EBPO", source="arXiv 2602.05165",

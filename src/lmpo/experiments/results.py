@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmpo.experiments.report import fmt, markdown
+from lmpo.experiments.report import fmt, markdown, shown_verdict
 
 HEADER = ["| paper | claim (the paper's words; what was measured) | verdict | "
           "effect [95% CI] | report |", "|---|---|---|---|---|"]
@@ -25,7 +25,7 @@ def readme_rows(rep: dict, paper: str, link: str) -> list[str]:
     rows = []
     for c in rep["claims"]:
         sentence, claim = (x.replace("|", "\\|") for x in (c["sentence"], c["claim"]))
-        rows.append(f"| {paper} | {sentence}; `{claim}` | **{c['verdict']}** | "
+        rows.append(f"| {paper} | {sentence}; `{claim}` | {shown_verdict(c)} | "
                     f"{fmt(c['effect'])} [{fmt(c['ci'][0])}, {fmt(c['ci'][1])}] "
                     f"(n={c['n']}) | [report]({link}) |")
     return rows

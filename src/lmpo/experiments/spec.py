@@ -5,7 +5,7 @@
     arms:
       grpo: {preset: grpo}
       grpo_or: {preset: grpo_or, overrides: {loss: {hparams: {alpha: 0.2}}}}
-    seeds: 3                                 # or a list [0, 1, 2]
+    seeds: 5                                 # or a list [0, 1, 2, 3, 4] (default 5)
     steps: 600
     differs_in: [loss]                       # dotted keys (a prefix covers what is under it)
     claims: [...]                            # see lmpo.experiments.stats
@@ -32,8 +32,10 @@ from lmpo.errors import ConfigError
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
+DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims")  # a resumed sweep keeps these
 PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
+NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Experiment:
     differs_in: list[str]
     claims: list[dict]
     notes: list[str] = field(default_factory=list)
+    effective_tolerance: dict = field(default_factory=dict)  # {ratio: 1.5, share: 0.2}
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -66,7 +69,9 @@ class Experiment:
                 "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
                          for a in self.arms},
                 "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
-                "claims": self.claims} | ({"notes": self.notes} if self.notes else {})
+                "claims": self.claims} | ({"notes": self.notes} if self.notes else {}) \
+            | ({"effective_tolerance": self.effective_tolerance}
+               if self.effective_tolerance else {})
 
 
 def _seeds(value, where: str) -> list[int]:
@@ -81,7 +86,7 @@ def _seeds(value, where: str) -> list[int]:
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
-               "claims"}
+               "claims", "effective_tolerance"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
@@ -108,12 +113,17 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     notes = data.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ConfigError(f"{where}: notes must be a list of strings")
+    tolerance = data.get("effective_tolerance") or {}
+    if not isinstance(tolerance, dict) or set(tolerance) - {"ratio", "share"} or not all(
+            isinstance(v, int | float) and v > 0 for v in tolerance.values()):
+        raise ConfigError(f"{where}: effective_tolerance is {{ratio: > 1, share: > 0}}, got "
+                          f"{tolerance!r}")
     exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
                      base=dict(data.get("base") or {}), arms=arms,
-                     seeds=_seeds(data.get("seeds", 3), where), steps=steps,
+                     seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
                      differs_in=list(differs), claims=[dict(c) for c in claims],
-                     notes=list(notes))
-    from lmpo.experiments.stats import check_claim
+                     notes=list(notes), effective_tolerance=dict(tolerance))
+    from lmpo.experiments.claims import check_claim
 
     for i, claim in enumerate(exp.claims):
         check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]")

@@ -1,75 +1,100 @@
-"""Statistics over seeds: summaries with bootstrap CIs, and claims with paired verdicts.
+"""Statistics over seeds and the rules that turn them into verdicts.
 
-Seeds are the unit: each run contributes one number per metric (its final value,
-or the mean of its last k logged values). A summary is the mean, the std (ddof=1)
-and a 95% percentile bootstrap CI of the mean (seeded numpy, 10,000 resamples).
-A claim compares two arms that share seeds: the bootstrap resamples seed
-*indices*, so the pairing is kept. Verdicts (docs/reproductions.md states them):
+Seeds are the unit: each run gives one number per metric (`reduce_metric`). A summary is
+the mean, the std (ddof=1) and a 95% bootstrap CI of the mean. A claim compares arms that
+share seeds, through one number per seed: the paired difference (direction; equivalence),
+the statistic against its bound (threshold: b / a, b - a or a), or, for a spread claim,
+the ratio of the two arms' stds over seeds.
 
-- direction: mean(a) - mean(b), expected > 0 ("greater") or < 0 ("less"). With four
-  arms [a, b, c, d] it compares gains: (a - b) - (c - d), each difference taken within
-  a seed (e.g. "EBPO's gain over GRPO is larger at G=2 than at G=8").
-  "holds": right sign and the CI excludes 0; "direction only": right sign, CI
-  includes 0; wrong sign: "contradicted" if the CI excludes 0, else "inconclusive".
-- threshold: mean(b) / mean(a) ("ratio"), mean(b) - mean(a) ("difference"), or, for
-  a claim on one arm, mean(a) ("value") against `bound` ("below": <=, "above": >=).
-  "holds": the whole CI passes; "direction only": the point estimate passes;
-  otherwise "not met".
-- equivalence: mean(a) - mean(b), or mean(a) / mean(b) - 1 (`statistic: ratio`, a
-  relative margin). "holds": the CI lies within +-margin; otherwise "not shown".
-- spread: std(a) / std(b), expected < 1 ("lower") or > 1 ("higher"); verdicts as
-  for direction, around 1.
+Intervals: with fewer than 10 seeds a paired t interval on the per-seed statistic (a
+percentile bootstrap covers ~75% at n = 3, ~84% at n = 5); from 10 seeds, and for spread
+claims always, the paired percentile bootstrap (seeded numpy, 10,000 resamples of seed
+indices). Verdicts before the audits:
 
-With fewer than 3 seeds every verdict is "insufficient seeds". At 3 seeds a 95%
-bootstrap interval covers the true mean far less often than 95% (the resamples
-of 3 values are few and too narrow): the report says so.
+- direction: "holds" (right sign, CI excludes 0), "direction only" (right sign, CI
+  includes 0), "contradicted" (wrong sign, CI excludes 0), "inconclusive".
+- threshold: "holds" (the whole CI passes the bound), "direction only" (the point does),
+  "not met".
+- equivalence: "holds" (the CI lies within +-margin), "not shown".
+- spread: as direction, around a ratio of 1.
+
+Power: each claim's minimum detectable effect (MDE) at 80% power, from the same per-seed
+standard deviation and alpha (0.05, two-sided): the true effect whose paired t interval
+would exclude 0 (or pass the bound) in 80% of experiments (noncentral t); for equivalence
+the CI's expected half-width; for spread the std ratio an F test would resolve. It is
+compared with the claim's `min_effect` (set before the run; for equivalence, the margin).
+
+Verdict order: "confounded" (a config key outside the claim's `differs_in`, or an
+effective difference it does not `expect`) > "not engaged" (an `engaged` level not
+reached, or its metric not logged) > the verdict above, where "underpowered (MDE x >
+min_effect y)" replaces "direction only", "inconclusive", "not met" and "not shown" (a
+significant result keeps its label). Below 3 seeds: "insufficient seeds". The report also
+gives Holm-adjusted intervals over the experiment's claims.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-
-from lmpo.errors import ConfigError
+from scipy import optimize
+from scipy import stats as sps
 
 RESAMPLES = 10_000
 LEVEL = 0.95
+ALPHA = 1 - LEVEL
+POWER = 0.8
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max", "min")
+T_BELOW = 10  # seeds below which direction/threshold/equivalence use a paired t interval
+REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max", "min", "mean", "sum")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher")}
+WEAK = ("direction only", "inconclusive", "not met", "not shown")  # what underpowered replaces
+
+# The effective behaviour of an arm, compared within every claim: (metric, reduce, how a
+# difference is judged: a ratio of 1.5 for norms and counts, 0.2 absolute for shares).
+EFFECTIVE = {"clipped_share": ("grad/clipped_frac", "mean", "share"),
+             "step_norm": ("grad/step_norm", "mean", "ratio"),
+             "update_share": ("data/update_share", "mean", "share"),
+             "rollout_tokens": ("tokens/cumulative", "final", "ratio"),
+             "reward_range": (("reward/max", "reward/min"), "range", "ratio"),
+             "adv_abs_mean": ("adv/abs_mean", "mean", "ratio"),
+             "optim_steps": ("train/updates", "sum", "ratio")}
+PRE_CLIP = ("grad/norm", "mean")  # shown, never flagged: two always-clipped arms step alike
+TOLERANCE = {"ratio": 1.5, "share": 0.2}
 
 
 # ---------------------------------------------------------------- reading runs
 def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int = 20) -> float:
     """One run's value of `metric`: its last logged value ("final"), the mean of its last k
     ("last_k"), how far that mean sits above the lowest mean of k consecutive values
-    anywhere in the run ("rebound": 0 for a trace that ends at its low), or its ratio to
-    the mean of the first k ("last_over_first"), or its largest or smallest value ("max": a
-    spike; "min")."""
+    anywhere in the run ("rebound": 0 for a trace that ends at its low), its ratio to the
+    mean of the first k ("last_over_first"), its largest or smallest value ("max": a
+    spike; "min"), its mean over the run ("mean") or its sum ("sum")."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
-    if reduce == "final":
-        return float(values[-1])
-    if reduce == "last_k":
-        tail = values[-k:]
-        return float(sum(tail) / len(tail))
+    x = np.asarray(values, dtype=float)
+    simple = {"final": lambda: x[-1], "last_k": lambda: x[-k:].mean(), "max": x.max,
+              "min": x.min, "mean": x.mean, "sum": x.sum,
+              "last_over_first": lambda: x[-k:].mean() / x[:k].mean()}
+    if reduce in simple:
+        return float(simple[reduce]())
     if reduce == "rebound":
-        x = np.asarray(values, dtype=float)
         w = min(k, x.size)
         means = np.convolve(x, np.ones(w) / w, mode="valid")
         return float(means[-1] - means.min())
-    if reduce == "max":
-        return float(max(values))
-    if reduce == "min":
-        return float(min(values))
-    if reduce == "last_over_first":
-        head, tail = values[:k], values[-k:]
-        return float((sum(tail) / len(tail)) / (sum(head) / len(head)))
     raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCERS)}")
+
+
+def effective_value(rows: list[dict], name: str) -> float:
+    """One run's value of an effective-behaviour quantity (`EFFECTIVE`)."""
+    metric, reduce, _ = EFFECTIVE[name]
+    if reduce == "range":
+        return reduce_metric(rows, metric[0], "max") - reduce_metric(rows, metric[1], "min")
+    return reduce_metric(rows, metric, reduce)
 
 
 # ---------------------------------------------------------------- summaries
@@ -101,63 +126,100 @@ def summarize(x) -> dict:
             "ci": list(bootstrap_mean_ci(x)), "n": int(x.size), "values": x.tolist()}
 
 
-# ---------------------------------------------------------------- claims
-def check_claim(claim: dict, arms: list[str], where: str) -> None:
-    """ConfigError for a malformed claim (before any run starts)."""
-    kind = claim.get("kind")
-    if kind not in EXPECT:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(EXPECT)}, got {kind!r}")
-    need = {"kind", "metric", "arms", "sentence"} | ({"expect"} if kind != "equivalence" else
-                                                     {"margin"})
-    if kind == "threshold":
-        need |= {"bound", "statistic"}
-    missing = sorted(need - set(claim))
-    if missing:
-        raise ConfigError(f"{where}: a {kind} claim needs {missing}")
-    allowed = need | {"reduce", "k", "label"} | ({"statistic"} if kind == "equivalence"
-                                                 else set())
-    extra = sorted(set(claim) - allowed)
-    if extra:
-        raise ConfigError(f"{where}: unknown claim key(s) {extra}; valid: {sorted(allowed)}")
-    statistics = {"threshold": ("ratio", "difference", "value"),
-                  "equivalence": ("difference", "ratio")}.get(kind)
-    if statistics and claim.get("statistic", "difference") not in statistics:
-        raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
-    pair, one = claim["arms"], claim.get("statistic") == "value"
-    if kind == "direction" and isinstance(pair, list) and len(pair) == 4:
-        if not (all(a in arms for a in pair) and pair[0] != pair[1] and pair[2] != pair[3]):
-            raise ConfigError(f"{where}: a comparison of gains names four arms of {arms} "
-                              f"(a - b vs c - d), got {pair!r}")
-    elif one and not (isinstance(pair, list) and len(pair) == 1 and pair[0] in arms):
-        raise ConfigError(f"{where}: a claim on a value names one arm of {arms}, got {pair!r}")
-    elif not one and not (isinstance(pair, list) and len(pair) == 2 and
-                          all(a in arms for a in pair) and pair[0] != pair[1]):
-        raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
-    if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
-        raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
-    if claim.get("reduce", "final") not in REDUCERS:
-        raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
-    if kind == "equivalence" and not claim["margin"] > 0:
-        raise ConfigError(f"{where}: margin must be > 0")
-
-
-def _statistic(kind: str, claim: dict, a: np.ndarray, b: np.ndarray, axis=None):
-    """The claim's statistic of (possibly resampled, [R, n]) paired arrays."""
+# ---------------------------------------------------------------- a claim's numbers
+def per_seed(kind: str, claim: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The claim's statistic, one value per seed (not for spread claims)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        if kind == "equivalence" and claim.get("statistic") == "ratio":
-            return a.mean(axis=axis) / b.mean(axis=axis) - 1.0
-        if kind in ("direction", "equivalence"):
-            return a.mean(axis=axis) - b.mean(axis=axis)
         if kind == "threshold":
-            if claim["statistic"] == "value":
-                return a.mean(axis=axis)
-            if claim["statistic"] == "ratio":
-                return b.mean(axis=axis) / a.mean(axis=axis)
-            return b.mean(axis=axis) - a.mean(axis=axis)
-        return a.std(axis=axis, ddof=1) / b.std(axis=axis, ddof=1)  # spread
+            return {"value": a, "ratio": b / a, "difference": b - a}[claim["statistic"]]
+        if kind == "equivalence" and claim.get("statistic") == "ratio":
+            return a / b - 1.0
+        return a - b
 
 
+def spread_ratio(a: np.ndarray, b: np.ndarray, axis=None):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return a.std(axis=axis, ddof=1) / b.std(axis=axis, ddof=1)
+
+
+def t_interval(x: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    m, n = float(x.mean()), x.size
+    half = sps.t.ppf((1 + level) / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+    return m - half, m + half
+
+
+def interval(kind: str, claim: dict, a, b, level: float = LEVEL) -> tuple[float, float, float,
+                                                                        str]:
+    """(point, lo, hi, method) of the claim's statistic."""
+    if kind == "spread":
+        idx = _rng().integers(0, a.size, size=(RESAMPLES, a.size))
+        lo, hi = percentile_ci(np.asarray(spread_ratio(a[idx], b[idx], axis=1)), level)
+        return float(spread_ratio(a, b)), lo, hi, "paired bootstrap"
+    x = per_seed(kind, claim, a, b)
+    if x.size < T_BELOW:
+        return float(x.mean()), *t_interval(x, level), "paired t"
+    idx = _rng().integers(0, x.size, size=(RESAMPLES, x.size))
+    return float(x.mean()), *percentile_ci(x[idx].mean(axis=1), level), "paired bootstrap"
+
+
+@functools.cache
+def power_ncp(df: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The noncentrality at which a one-sided rejection at the two-sided `level`'s critical
+    t value happens with probability `power`."""
+    crit = sps.t.ppf((1 + level) / 2, df)
+    return float(optimize.brentq(lambda ncp: sps.nct.sf(crit, df, ncp) - power, 0.0, 200.0))
+
+
+def mde_for(kind: str, expect: str | None, sd: float, n: int) -> float:
+    """The minimum detectable effect at 80% power of a claim of `kind` whose per-seed
+    statistic has standard deviation `sd` over `n` seeds (spread: `sd` unused; the std
+    ratio an F test resolves)."""
+    if kind == "spread":
+        df = n - 1
+        if expect == "lower":
+            return math.sqrt(sps.f.ppf(ALPHA / 2, df, df) / sps.f.ppf(POWER, df, df))
+        return math.sqrt(sps.f.ppf(1 - ALPHA / 2, df, df) / sps.f.ppf(1 - POWER, df, df))
+    if kind == "equivalence":
+        return float(sps.t.ppf(1 - ALPHA / 2, n - 1) * sd / math.sqrt(n))
+    return power_ncp(n - 1) * sd / math.sqrt(n)
+
+
+def mde(kind: str, claim: dict, a, b) -> float:
+    sd = 0.0 if kind == "spread" else float(per_seed(kind, claim, a, b).std(ddof=1))
+    return mde_for(kind, claim.get("expect"), sd, a.size)
+
+
+def underpowered(kind: str, claim: dict, m: float) -> float | None:
+    """The level `m` (the MDE) fails, or None: min_effect (equivalence: the margin); a
+    spread claim's MDE is a ratio, failing when it is further from 1 than min_effect."""
+    level = claim.get("margin") if kind == "equivalence" else claim.get("min_effect")
+    if level is None or math.isnan(m):
+        return None
+    if kind == "spread":
+        short = m < level if claim["expect"] == "lower" else m > level
+    else:
+        short = m > level
+    return level if short else None
+
+
+def p_value(kind: str, claim: dict, a, b) -> float:
+    """Two-sided p of the claim's null (0; the bound; a ratio of 1), for Holm's ordering."""
+    if kind == "spread":
+        f = float(spread_ratio(a, b)) ** 2
+        df = a.size - 1
+        return float(min(1.0, 2 * min(sps.f.cdf(f, df, df), sps.f.sf(f, df, df))))
+    x = per_seed(kind, claim, a, b)
+    null = float(claim["bound"]) if kind == "threshold" else 0.0
+    sd = float(x.std(ddof=1))
+    if sd == 0:
+        return 0.0 if x.mean() != null else 1.0
+    t = (x.mean() - null) / (sd / math.sqrt(x.size))
+    return float(2 * sps.t.sf(abs(t), x.size - 1))
+
+
+# ---------------------------------------------------------------- verdicts
 def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
+    """The verdict from the interval alone (before audits and power)."""
     if kind in ("direction", "spread"):
         center = 0.0 if kind == "direction" else 1.0
         sign = 1.0 if claim["expect"] in ("greater", "higher") else -1.0
@@ -179,59 +241,79 @@ def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
     return "holds" if -margin <= lo and hi <= margin else "not shown"
 
 
-def claim_values(claim: dict, values: dict[str, dict[int, float]], seeds: list[int]
-                 ) -> tuple[list[int], list[float], list[float] | None]:
-    """(seeds every named arm has, a, b): the per-seed values a claim compares, from
-    {arm: {seed: value}}. One arm: b is None (a value against a bound); four arms
-    [a, b, c, d]: a - b and c - d, each within a seed."""
-    arms = claim["arms"]
-    kept = [s for s in seeds if all(s in values[arm] for arm in arms)]
-    col = [[values[arm][s] for s in kept] for arm in arms]
-    if len(arms) == 1:
-        return kept, col[0], None
-    if len(arms) == 4:
-        return kept, [x - y for x, y in zip(col[0], col[1], strict=True)], \
-            [x - y for x, y in zip(col[2], col[3], strict=True)]
-    return kept, col[0], col[1]
-
-
-def evaluate_claim(claim: dict, a, b=None) -> dict:
-    """The claim's point estimate, paired bootstrap CI and verdict for per-seed values a, b
-    (same seeds, same order; a claim on one arm's value has no b)."""
+def judge(claim: dict, a, b=None, *, confounded: str | None = None,
+          not_engaged: str | None = None) -> dict:
+    """The claim's effect, interval, MDE and verdict for per-seed values a, b (same seeds,
+    same order; a claim on one arm's value has no b), with the audits' findings."""
     a = np.asarray(a, dtype=float)
     b = a if b is None else np.asarray(b, dtype=float)
     kind = claim["kind"]
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same seeds: {a.size} vs {b.size}")
-    out = {"n": int(a.size)}
+    out = {"n": int(a.size), "min_effect": claim.get("min_effect"),
+           "paper_effect": claim.get("paper_effect")}
     if a.size < MIN_SEEDS:
-        point = float(_statistic(kind, claim, a, b)) if a.size > (kind == "spread") else math.nan
-        return out | {"effect": point, "ci": [math.nan, math.nan],
-                      "verdict": "insufficient seeds"}
-    point = float(_statistic(kind, claim, a, b))
-    idx = _rng().integers(0, a.size, size=(RESAMPLES, a.size))
-    lo, hi = percentile_ci(np.asarray(_statistic(kind, claim, a[idx], b[idx], axis=1)))
-    return out | {"effect": point, "ci": [lo, hi], "verdict": verdict(kind, claim, point, lo, hi)}
+        point = math.nan
+        if a.size > (kind == "spread"):
+            point = float(spread_ratio(a, b) if kind == "spread"
+                          else per_seed(kind, claim, a, b).mean())
+        return out | {"effect": point, "ci": [math.nan, math.nan], "method": None,
+                      "mde": math.nan, "p": math.nan, "verdict": "insufficient seeds",
+                      "reason": f"{a.size} seeds, fewer than {MIN_SEEDS}"}
+    point, lo, hi, method = interval(kind, claim, a, b)
+    m, base = mde(kind, claim, a, b), verdict(kind, claim, point, lo, hi)
+    out |= {"effect": point, "ci": [lo, hi], "method": method, "mde": m,
+            "p": p_value(kind, claim, a, b)}
+    if confounded:
+        return out | {"verdict": "confounded", "reason": confounded, "first": base}
+    if not_engaged:
+        return out | {"verdict": "not engaged", "reason": not_engaged, "first": base}
+    level = underpowered(kind, claim, m)
+    if base in WEAK and level is not None:
+        return out | {"verdict": "underpowered",
+                      "reason": f"MDE {m:.3g} > min_effect {level:.3g}"
+                      if kind != "spread" else f"MDE ratio {m:.3g} vs min_effect {level:.3g}",
+                      "first": base}
+    return out | {"verdict": base, "reason": f"MDE {m:.3g}"}
 
 
-def describe_claim(claim: dict) -> str:
-    arms = claim["arms"]
-    a, b = (arms * 2)[:2] if len(arms) < 4 else (f"({arms[0]} - {arms[1]})",
-                                                  f"({arms[2]} - {arms[3]})")
-    k = claim.get("k", 20)
-    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
-                           "last_over_first": f" (last {k} / first {k})",
-                           "max": " (max over the run)"}.get(
-        claim.get("reduce", "final"), "")
-    kind = claim["kind"]
-    if kind == "direction":
-        return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
-    if kind == "threshold":
-        stat = {"ratio": f"{b} / {a}", "difference": f"{b} - {a}", "value": a}[
-            claim["statistic"]]
-        return f"{m}: {stat} {'<=' if claim['expect'] == 'below' else '>='} {claim['bound']}"
-    if kind == "equivalence":
-        if claim.get("statistic") == "ratio":
-            return f"{m}: |{a} / {b} - 1| <= {claim['margin']}"
-        return f"{m}: |{a} - {b}| <= {claim['margin']}"
-    return f"{m}: std({a}) {'<' if claim['expect'] == 'lower' else '>'} std({b})"
+def evaluate_claim(claim: dict, a, b=None) -> dict:
+    """`judge` without audits: the numbers and the interval's verdict."""
+    return judge(claim, a, b)
+
+
+def holm_intervals(claims: list[dict], values: list[tuple]) -> None:
+    """Add `ci_holm` to each judged claim: its interval at the Holm step-down level of its
+    rank among the experiment's claims (1 - alpha / (m - rank), smallest p first)."""
+    judged = [i for i, c in enumerate(claims) if not math.isnan(c.get("p", math.nan))]
+    order = sorted(judged, key=lambda i: claims[i]["p"])
+    for rank, i in enumerate(order):
+        level = 1 - ALPHA / (len(order) - rank)
+        claim, a, b = values[i]
+        a = np.asarray(a, dtype=float)
+        b = a if b is None else np.asarray(b, dtype=float)
+        _, lo, hi, _ = interval(claim["kind"], claim, a, b, level)
+        claims[i]["ci_holm"] = [lo, hi]
+        claims[i]["holm_level"] = level
+
+
+def effective_flags(pairs: list[tuple[str, str]], quantities: dict[str, dict[str, float]],
+                    expects: list[str], tolerance: dict | None = None) -> list[str]:
+    """'name = a vs b' for every effective quantity on which a pair of a claim's arms differ
+    beyond the tolerance (ratio 1.5 for norms and counts, 0.2 absolute for shares), unless
+    the claim expects it. `quantities`: {arm: {name: mean over seeds}}."""
+    tol = TOLERANCE | (tolerance or {})
+    flags = []
+    for x, y in pairs:
+        for name, (_, _, how) in EFFECTIVE.items():
+            u, v = quantities.get(x, {}).get(name), quantities.get(y, {}).get(name)
+            if name in expects or u is None or v is None:
+                continue
+            if how == "share":
+                far = abs(u - v) > tol["share"]
+            else:
+                lo, hi = sorted((abs(u), abs(v)))
+                far = hi > tol["ratio"] * lo if lo > 0 else hi > 0
+            if far:
+                flags.append(f"{name} = {u:.3g} ({x}) vs {v:.3g} ({y})")
+    return flags

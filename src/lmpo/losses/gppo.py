@@ -9,8 +9,10 @@ from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
 
 
 @LOSSES.register("cegppo", default_agg="token-mean",
-                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
-                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high",
+                              "loss/cegppo/beta_grad_frac"),
+                 acts={"metric": "loss/clipfrac", "above": 0.0},
+                 engagement="loss/cegppo/beta_grad_frac",
                  peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
                  domains=CLIP | DUAL_CLIP | {"beta1": "[0, inf)", "beta2": "[0, inf)"},
                  title="CE-GPPO", source="arXiv 2509.20712",
@@ -43,8 +45,23 @@ def cegppo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, beta1=0.5, b
         "clipfrac_low": x.mean(lowf),
         "clipfrac_high": x.mean(highf),
     }
+    dual = torch.zeros_like(low)
     if clip_ratio_c is not None:
         dual = (x.adv < 0) & (x.ratio > clip_ratio_c)
         loss = torch.where(dual, -clip_ratio_c * x.adv, loss)
         metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    metrics["cegppo/beta_grad_frac"] = beta_grad_share(x, low, high, dual, beta1 * (1 - eps_low),
+                                                       beta2 * (1 + eps_high))
     return x.zero_off_mask(loss), metrics
+
+
+def beta_grad_share(x, low, high, dual, w_low: float, w_high: float) -> float:
+    """Share of the per-token loss gradient's mass, sum over valid tokens of |dL/dlogp|,
+    carried by the two beta regions: |dL/dlogp| is w_low |A| there (NA&LP), w_high |A|
+    (PA&LP), |r A| elsewhere, 0 where the dual clip holds. 0 on an empty mask."""
+    a, r = x.adv.detach().abs(), x.ratio.detach()
+    mass = torch.where(low, w_low * a, torch.where(high, w_high * a, r * a))
+    mass = torch.where(dual | ~x.mask, torch.zeros_like(mass), mass)
+    total = mass.sum()
+    beta = mass[(low | high) & ~dual].sum()
+    return float(beta / total) if float(total) > 0 else 0.0

@@ -40,7 +40,7 @@ def reference_tokens(path: str | Path) -> list[float]:
                       domains={"savings": "(0, 1) | None", "reference": "path | None",
                                "hazard": "(0, 1)", "gain": "(0, inf)", "r_fail": "real",
                                "min_tokens": "int [1, inf)", "measure_false_positives": "bool"},
-                      example={"savings": 0.2},
+                      example={"savings": 0.2}, engagement="espo/stop_rate",
                       requires={"savings": {"measure_false_positives": True}},
                       title="ESPO variant F", source="arXiv 2605.29860",
                       summary="random stopping at the same token savings as an ESPO run "

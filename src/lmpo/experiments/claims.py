@@ -1,0 +1,143 @@
+"""A claim in an experiment file: its schema, its description and the values it compares.
+
+    - kind: direction                      # direction | threshold | equivalence | spread
+      metric: eval/accuracy_trained
+      reduce: final                        # how one run becomes one number (stats.REDUCERS)
+      arms: [drpo_bf16, clip_bf16]         # 2 arms (4 for a comparison of gains, 1 for a value)
+      expect: greater
+      sentence: "the paper's words"
+      differs_in: [loss]                   # the keys these arms may differ in (default: the
+                                           # experiment's); prefix match, never seed,
+                                           # threads, log.*, imports
+      expects: [rollout_tokens]            # effective differences that ARE the method
+      engaged: [{arm: drpo_bf16, metric: loss/drpo/deviated_frac, min: 0.05}]
+      min_effect: 0.03                     # smallest effect that matters here (metric units),
+                                           # set before the run
+      paper_effect: "+2.1 points (AIME24)" # context only, never compared
+
+`lmpo.experiments.stats` judges it; docs/reproductions.md states the rules.
+"""
+
+from __future__ import annotations
+
+from lmpo.errors import ConfigError
+from lmpo.experiments.stats import EFFECTIVE, EXPECT, REDUCERS
+
+BASE_KEYS = {"kind", "metric", "arms", "sentence"}
+OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "engaged", "min_effect",
+            "paper_effect"}
+
+
+def check_claim(claim: dict, arms: list[str], where: str) -> None:
+    """ConfigError for a malformed claim (before any run starts)."""
+    kind = claim.get("kind")
+    if kind not in EXPECT:
+        raise ConfigError(f"{where}: kind must be one of {', '.join(EXPECT)}, got {kind!r}")
+    need = BASE_KEYS | ({"expect"} if kind != "equivalence" else {"margin"})
+    if kind == "threshold":
+        need |= {"bound", "statistic"}
+    missing = sorted(need - set(claim))
+    if missing:
+        raise ConfigError(f"{where}: a {kind} claim needs {missing}")
+    allowed = need | OPTIONAL | ({"statistic"} if kind == "equivalence" else set())
+    extra = sorted(set(claim) - allowed)
+    if extra:
+        raise ConfigError(f"{where}: unknown claim key(s) {extra}; valid: {sorted(allowed)}")
+    statistics = {"threshold": ("ratio", "difference", "value"),
+                  "equivalence": ("difference", "ratio")}.get(kind)
+    if statistics and claim.get("statistic", "difference") not in statistics:
+        raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
+    check_arms(claim, arms, where)
+    if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
+        raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
+    if claim.get("reduce", "final") not in REDUCERS:
+        raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
+    if kind == "equivalence" and not claim["margin"] > 0:
+        raise ConfigError(f"{where}: margin must be > 0")
+    check_audit_fields(claim, arms, where)
+
+
+def check_arms(claim: dict, arms: list[str], where: str) -> None:
+    pair, one = claim["arms"], claim.get("statistic") == "value"
+    if claim["kind"] == "direction" and isinstance(pair, list) and len(pair) == 4:
+        if not (all(a in arms for a in pair) and pair[0] != pair[1] and pair[2] != pair[3]):
+            raise ConfigError(f"{where}: a comparison of gains names four arms of {arms} "
+                              f"(a - b vs c - d), got {pair!r}")
+    elif one and not (isinstance(pair, list) and len(pair) == 1 and pair[0] in arms):
+        raise ConfigError(f"{where}: a claim on a value names one arm of {arms}, got {pair!r}")
+    elif not one and not (isinstance(pair, list) and len(pair) == 2 and
+                          all(a in arms for a in pair) and pair[0] != pair[1]):
+        raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
+
+
+def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
+    """differs_in, expects, engaged, min_effect and paper_effect, when given."""
+    if "differs_in" in claim and not (isinstance(claim["differs_in"], list) and all(
+            isinstance(k, str) for k in claim["differs_in"])):
+        raise ConfigError(f"{where}: differs_in must be a list of dotted config keys")
+    unknown = sorted(set(claim.get("expects", [])) - set(EFFECTIVE))
+    if unknown:
+        raise ConfigError(f"{where}: expects names unknown quantities {unknown}; valid: "
+                          f"{', '.join(EFFECTIVE)}")
+    for i, entry in enumerate(claim.get("engaged", [])):
+        at = f"{where}: engaged[{i}]"
+        if not isinstance(entry, dict) or not {"arm", "metric"} <= set(entry):
+            raise ConfigError(f"{at} must be {{arm, metric, min | max, reduce}}")
+        if entry["arm"] not in arms:
+            raise ConfigError(f"{at}: unknown arm {entry['arm']!r}; arms: {', '.join(arms)}")
+        bounds = [k for k in ("min", "max") if k in entry]
+        if len(bounds) != 1 or set(entry) - {"arm", "metric", "min", "max", "reduce", "k"}:
+            raise ConfigError(f"{at} needs exactly one of min or max (and optionally reduce)")
+        if entry.get("reduce", "mean") not in REDUCERS:
+            raise ConfigError(f"{at}: reduce must be one of {REDUCERS}")
+    if "min_effect" in claim and not (isinstance(claim["min_effect"], int | float)
+                                      and claim["min_effect"] > 0):
+        raise ConfigError(f"{where}: min_effect must be a number > 0 (the metric's units)")
+
+
+def claim_values(claim: dict, values: dict[str, dict[int, float]], seeds: list[int]
+                 ) -> tuple[list[int], list[float], list[float] | None]:
+    """(seeds every named arm has, a, b): the per-seed values a claim compares, from
+    {arm: {seed: value}}. One arm: b is None (a value against a bound); four arms
+    [a, b, c, d]: a - b and c - d, each within a seed."""
+    arms = claim["arms"]
+    kept = [s for s in seeds if all(s in values[arm] for arm in arms)]
+    col = [[values[arm][s] for s in kept] for arm in arms]
+    if len(arms) == 1:
+        return kept, col[0], None
+    if len(arms) == 4:
+        return kept, [x - y for x, y in zip(col[0], col[1], strict=True)], \
+            [x - y for x, y in zip(col[2], col[3], strict=True)]
+    return kept, col[0], col[1]
+
+
+def arm_pairs(claim: dict) -> list[tuple[str, str]]:
+    """The pairs of arms a claim's comparison rests on (none for a one-arm value)."""
+    arms = claim["arms"]
+    if len(arms) == 4:
+        return [(arms[0], arms[1]), (arms[2], arms[3])]
+    return [(arms[0], arms[1])] if len(arms) == 2 else []
+
+
+def describe_claim(claim: dict) -> str:
+    arms = claim["arms"]
+    a, b = (arms * 2)[:2] if len(arms) < 4 else (f"({arms[0]} - {arms[1]})",
+                                                  f"({arms[2]} - {arms[3]})")
+    k = claim.get("k", 20)
+    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
+                           "last_over_first": f" (last {k} / first {k})",
+                           "max": " (max over the run)", "mean": " (mean over the run)",
+                           "sum": " (summed over the run)"}.get(
+        claim.get("reduce", "final"), "")
+    kind = claim["kind"]
+    if kind == "direction":
+        return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
+    if kind == "threshold":
+        stat = {"ratio": f"{b} / {a}", "difference": f"{b} - {a}", "value": a}[
+            claim["statistic"]]
+        return f"{m}: {stat} {'<=' if claim['expect'] == 'below' else '>='} {claim['bound']}"
+    if kind == "equivalence":
+        if claim.get("statistic") == "ratio":
+            return f"{m}: |{a} / {b} - 1| <= {claim['margin']}"
+        return f"{m}: |{a} - {b}| <= {claim['margin']}"
+    return f"{m}: std({a}) {'<' if claim['expect'] == 'lower' else '>'} std({b})"
