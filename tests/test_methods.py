@@ -25,7 +25,11 @@ def test_every_registered_method_is_a_row_with_its_source():
     rows = {(r["kind"], r["name"]): r for r in methods.rows()}
     want = {("loss", n) for n in list_losses()} | {("advantage", n) for n in list_advantages()}
     want |= {("controller", n) for n in list_controllers() if n != "none"}
+    from lmpo.rollout import CORRECTIONS, list_corrections
+
+    want |= {("correction", CORRECTIONS.meta(n).get("family") or n) for n in list_corrections()}
     assert set(rows) == want
+    assert ("correction", "rs_<mode>") in rows and ("correction", "rs_token_k1") not in rows
     for r in rows.values():
         assert r["title"] and r["source"] and r["summary"] and "|" not in r["summary"], r
     assert rows[("loss", "output_reset")]["presets"] == ["grpo_or", "ppo_or"]

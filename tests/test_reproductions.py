@@ -36,7 +36,7 @@ MATCHED = {
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode"} | AC,
 }
 MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
-    "mode", "beta", "warmup", "r_fail", "savings", "adapt_beta")}
+    "mode", "beta", "warmup", "r_fail", "clip", "savings", "adapt_beta")}
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}

@@ -234,6 +234,15 @@ def bad_inputs(tmp_path, policy) -> list[tuple[list[str], str]]:
         ([*run, f"reward.fn={nan_fn}:reward"], "returned nan (not a finite number or None)"),
         ([*run, "espo.beta=1"], "config key 'espo' was replaced by `controller"),
         ([*run, "controller={name: espo}"], "needs the critic's per-step values"),
+        ([*run, "rollout.dtype=fp4"], "rollout.dtype 'fp4' unknown; valid: float32, "
+                                      "bfloat16, float16, fp8_e4m3"),
+        ([*run, "rollout.correction.kind=tiss"], "unknown rollout.correction.kind 'tiss' "
+                                                 "(did you mean 'tis'?); valid: icepop, mis"),
+        ([*run, "rollout.staleness=-1"], "rollout.staleness must be >= 0, got -1"),
+        ([*run, "reward.model=builtin", "reward.scale=pm1"], "not a reward model's"),
+        ([*run, "rollout.correction={kind: icepop, hparams: {lower: -1}}"],
+         "rollout.correction: rollout correction 'icepop': lower=-1 is outside its domain "
+         "(0, inf)"),
         (["eval", "--run", str(tmp_path / "no-run")], "is not a run directory"),
         (["eval", "--model", "/nonexistent/model"], "is neither a Hugging Face model folder"),
         (["eval", "--model", str(policy), "--task", "chain_summ"], "unknown task 'chain_summ'"),

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lmpo.config import load_config
+from lmpo.rollout import RolloutModel
 from lmpo.trainer.loop import train
-from lmpo.trainer.runtime import RolloutModel
 from lmpo.trainer.train_config import TrainConfig
 
 TINY = ["steps=2", "rollout.batch_size=16", "rollout.group_size=4", "rollout.max_new_tokens=8",

@@ -1,7 +1,8 @@
 """`lmpo methods`: the registered methods, from the registries' metadata.
 
-Every loss, advantage estimator and rollout controller registers its `title`, `source`
-and one-line `summary`; the presets that set it are read from the preset files. The
+Every loss, advantage estimator, rollout controller and rollout correction registers its
+`title`, `source` and one-line `summary` (entries that share a `family`, verl's rejection
+modes, make one row); the presets that set it are read from the preset files. The
 README's Methods table is this table (`lmpo methods --readme README.md` rewrites it
 between its markers; a test checks it is current), so a new method is written in its
 own files and the README is regenerated, never edited by hand.
@@ -18,15 +19,21 @@ from lmpo.errors import ConfigError
 
 BEGIN = "<!-- methods table: `lmpo methods --readme README.md` writes it; do not edit -->"
 END = "<!-- end of the methods table -->"
-SECTIONS = ("loss", "advantage", "controller")
+SECTIONS = {"loss": lambda c: c.loss.name, "advantage": lambda c: c.advantage.name,
+            "controller": lambda c: c.controller.name,
+            "correction": lambda c: c.rollout.correction.kind}
+OWN_KEYS = {"loss": ("loss",), "advantage": ("advantage",), "controller": ("controller",),
+            "correction": ("rollout",)}
 
 
 def registries():
     from lmpo.advantages.base import ADVANTAGES
     from lmpo.losses.registry import LOSSES
     from lmpo.rollout.controllers.registry import CONTROLLERS
+    from lmpo.rollout.corrections import CORRECTIONS
 
-    return {"loss": LOSSES, "advantage": ADVANTAGES, "controller": CONTROLLERS}
+    return {"loss": LOSSES, "advantage": ADVANTAGES, "controller": CONTROLLERS,
+            "correction": CORRECTIONS}
 
 
 def preset_parts() -> dict[tuple[str, str], list[str]]:
@@ -39,9 +46,10 @@ def preset_parts() -> dict[tuple[str, str], list[str]]:
     for name in presets.names("train"):
         own = yaml.safe_load(presets.find(name, "train").read_text()) or {}
         cfg = load_config(TrainConfig, name)
-        for section in SECTIONS:
-            part = getattr(cfg, section).name
-            if section in own or name == part:
+        for section, part_of in SECTIONS.items():
+            part = part_of(cfg)
+            if part is not None and (any(k in own for k in OWN_KEYS[section])
+                                     or name == part):
                 out.setdefault((section, part), []).append(name)
     return out
 
@@ -49,15 +57,22 @@ def preset_parts() -> dict[tuple[str, str], list[str]]:
 def rows() -> list[dict]:
     """One row per registered method (the `none` controller is the absence of one)."""
     used = preset_parts()
-    out = []
+    out, families = [], {}
     for section, registry in registries().items():
         for name in registry.names():
             meta = registry.meta(name)
             if section == "controller" and name == "none":
                 continue
-            out.append({"kind": section, "name": name, "title": meta["title"],
-                        "source": meta["source"], "summary": meta["summary"],
-                        "presets": used.get((section, name), [])})
+            family = meta.get("family")
+            if family is not None and family in families:
+                families[family]["presets"] += used.get((section, name), [])
+                continue
+            row = {"kind": section, "name": family or name, "title": meta["title"],
+                   "source": meta["source"], "summary": meta["summary"],
+                   "presets": list(used.get((section, name), []))}
+            if family is not None:
+                families[family] = row
+            out.append(row)
     return out
 
 

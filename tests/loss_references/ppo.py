@@ -32,9 +32,11 @@ def reinforce(lp, olp, a):
     return -a * lp, -a
 
 
-@reference("gspo", rows=True, cases=[{}, {"eps_low": 0.05, "eps_high": 0.1}])
-def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4):
-    """Per-row GSPO; returns per-token (value, grad) lists. Needs whole rows."""
+@reference("gspo", rows=True, cases=[{}, {"eps_low": 0.05, "eps_high": 0.1},
+                                     {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": 1.05}])
+def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None):
+    """Per-row GSPO; returns per-token (value, grad) lists. Needs whole rows. Dual clip:
+    for A < 0 a loss above -c A is -c A, without gradient."""
     out = []
     for lp_row, olp_row, a_row, m_row in zip(lps, olps, advs, mask, strict=True):
         n = sum(m_row)
@@ -48,8 +50,11 @@ def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4):
                 continue
             sc = min(max(s, 1 - eps_low), 1 + eps_high)
             if -s * a >= -sc * a:
-                row.append((-s * a, -s * a))
+                value, grad = -s * a, -s * a
             else:
-                row.append((-sc * a, 0.0))
+                value, grad = -sc * a, 0.0
+            if clip_ratio_c is not None and a < 0 and value > -clip_ratio_c * a:
+                value, grad = -clip_ratio_c * a, 0.0
+            row.append((value, grad))
         out.append(row)
     return out

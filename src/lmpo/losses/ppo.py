@@ -52,16 +52,21 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
 
 @LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP}, domains=CLIP, title="GSPO",
+                 peer_keys={"verl": VERL_CLIP}, domains=CLIP | DUAL_CLIP, title="GSPO",
                  source="arXiv 2507.18071",
-                 summary="PPO-clip on the length-normalised sequence ratio")
-def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
+                 summary="PPO-clip on the length-normalised sequence ratio, optional dual "
+                         "clip")
+def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None):
     """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
 
     Token form r = sg(s_i) * exp(logp - sg(logp)), so each token's gradient is
     the sequence ratio times its own score function. The log sequence ratio is
-    clamped at 10 from above, as in verl.
+    clamped at 10 from above, as in verl. Optional dual clip (an lmpo extension: verl's
+    GSPO has none), on the sequence ratio as PPO's is on the token ratio: for A < 0,
+    L = min(L, -c A).
     """
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
     x = prepare(logp, old_logp, adv, mask)
     m = x.mask.to(x.logp.dtype)
     raw = x.logp - x.old_logp  # unclamped per-token log ratio, 0 off-mask
@@ -76,6 +81,11 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
         "clipfrac": x.mean((loss2 > loss1).to(loss.dtype)),
         "seq_ratio_mean": x.mean(seq),
     }
+    if clip_ratio_c is not None:
+        loss3 = -x.adv * clip_ratio_c
+        dual = (x.adv < 0) & (loss > loss3)
+        loss = torch.where(x.adv < 0, torch.minimum(loss3, loss), loss)
+        metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
     return x.zero_off_mask(loss), metrics
 
 

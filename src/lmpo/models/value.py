@@ -20,19 +20,29 @@ from lmpo.masked import position_ids
 class ValueModel(nn.Module):
     """V(s_t) for every position: `values(input_ids, attention_mask) -> [B, T]`."""
 
-    def __init__(self, trunk: nn.Module, hidden_size: int):
+    def __init__(self, trunk: nn.Module, hidden_size: int, *, init: str = "zero",
+                 seed: int = 0):
         super().__init__()
         self.trunk = trunk
-        self.head = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        if init == "zero":  # V = 0 at the start
+            self.head = nn.Linear(hidden_size, 1)
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+        elif init == "random":  # torch's default init, from its own seed (the run's other
+            # random streams are untouched)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.head = nn.Linear(hidden_size, 1)
+        else:
+            raise ValueError(f"critic init {init!r} unknown; valid: zero, random")
 
     @classmethod
-    def from_policy(cls, policy) -> ValueModel:
-        """Initialise from a copy of the policy's trunk (the LM head is dropped)."""
+    def from_policy(cls, policy, *, init: str = "zero", seed: int = 0) -> ValueModel:
+        """Initialise from a copy of the policy's trunk (the LM head is dropped) and a new
+        scalar head (`init`: zero or random)."""
         trunk = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder")
                               else policy.model)
-        return cls(trunk, policy.config.hidden_size)
+        return cls(trunk, policy.config.hidden_size, init=init, seed=seed)
 
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask,

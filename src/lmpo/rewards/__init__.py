@@ -6,13 +6,15 @@
 
 from lmpo.rewards.base import (
     REWARD_FNS,
+    SCALES,
     Reward,
     RewardError,
     build_reward,
     exact_match,
     last_number,
+    reward_range,
 )
 from lmpo.rewards.guarded import GuardedWorker
 
-__all__ = ["REWARD_FNS", "GuardedWorker", "Reward", "RewardError", "build_reward",
-           "exact_match", "last_number"]
+__all__ = ["REWARD_FNS", "SCALES", "GuardedWorker", "Reward", "RewardError", "build_reward",
+           "exact_match", "last_number", "reward_range"]

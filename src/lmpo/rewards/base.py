@@ -11,7 +11,8 @@
   score": the sample is dropped from the update (counted in `data/reward_none`).
 
 Accuracy under a built-in checker is "scored 1"; under a user function it is
-"scored >= 1" (docs/rewards.md).
+"scored >= 1" (docs/rewards.md). `reward.scale: pm1` maps every score s to 2s - 1 after
+accuracy is decided ({0, 1} -> {-1, +1}).
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ REWARD_FNS: dict[str, Callable[[], Callable]] = {
     "math_verify": _math_verify_fn,
 }
 BUILTIN = ("task", *REWARD_FNS)
+SCALES = {"none": lambda s: s, "pm1": lambda s: 2.0 * s - 1.0}
+
+
+def reward_range(cfg) -> tuple[float | None, float | None, float | None]:
+    """(lowest, highest, a failure's reward) of the run's reward (a RewardConfig): the
+    built-in checkers and tasks score in [0, 1] with 0 for a failure (scaled as
+    `reward.scale` says); a user function or a reward model declares none (None)."""
+    if cfg.model is not None or cfg.fn not in BUILTIN:
+        return None, None, None
+    low, high = (SCALES[cfg.scale](x) for x in (0.0, 1.0))
+    return low, high, low
 
 
 def load_user_fn(spec: str) -> Callable:
@@ -91,8 +103,8 @@ def load_user_fn(spec: str) -> Callable:
 class Reward:
     """Scores a batch of completions; see the module docstring."""
 
-    def __init__(self, fn_spec: str, task):
-        self.spec, self.task = fn_spec, task
+    def __init__(self, fn_spec: str, task, scale: str = "none"):
+        self.spec, self.task, self.scale = fn_spec, task, SCALES[scale]
         if fn_spec == "task":
             self.fn = None
         elif fn_spec in REWARD_FNS:
@@ -119,7 +131,7 @@ class Reward:
                 except Exception as exc:
                     raise RewardError(self._name_sample(exc, where, index[i], p, c,
                                                         "task scorer")) from exc
-            return scores, correct
+            return [self.scale(s) for s in scores], correct
         prompts = [p.prompt for p in problems]
         answers = [p.answer for p in problems]
         meta = {"cluster": [p.cluster for p in problems]}
@@ -155,7 +167,7 @@ class Reward:
                                   f"completion {completions[i]!r})")
             scores.append(value)
         correct = [s is not None and (s == 1.0 if self.binary else s >= 1.0) for s in scores]
-        return scores, correct
+        return [None if s is None else self.scale(s) for s in scores], correct
 
     def pop_metrics(self) -> dict[str, float]:
         """Metrics of the reward itself since the last call (a reward model logs its own)."""
@@ -167,11 +179,12 @@ class Reward:
                 f"(prompt {problem.prompt!r}, completion {completion!r})")
 
 
-def build_reward(spec: str, task) -> Reward:
-    """The `Reward` that `reward.fn: spec` names, for `task`."""
+def build_reward(spec: str, task, scale: str = "none") -> Reward:
+    """The `Reward` that `reward.fn: spec` names, for `task`, its scores mapped by `scale`
+    (SCALES)."""
     if spec not in BUILTIN and ":" not in spec:
         from lmpo.registry import nearest
 
         raise ConfigError(f"reward.fn {spec!r} unknown{nearest(spec, list(BUILTIN))}; valid: "
                           f"{', '.join(BUILTIN)} or path/to/file.py:function")
-    return Reward(spec, task)
+    return Reward(spec, task, scale)

@@ -50,6 +50,9 @@ class FastLlamaDecoder:
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.lm_head = model.lm_head.weight
+        # a simulated FP8 rollout quantises the input of every decoder linear per token
+        # (lmpo.rollout.precision); the LM head's input stays as it is
+        self.quant = getattr(model, "lmpo_act_quant", None) or (lambda x: x)
         b, dtype = prompt_mask.shape[0], self.embed.dtype
         # cos/sin of every position this batch can reach, computed once (float32, as HF)
         pos = torch.arange(capacity, device=prompt_mask.device, dtype=torch.float32)
@@ -96,8 +99,9 @@ class FastLlamaDecoder:
         if n > 1:  # causal within the new tokens
             future = torch.ones(n, t + n, dtype=torch.bool, device=x.device).triu(t + 1)
             bias = bias.masked_fill(future, self.neg)  # [B, 1, 1, n, t+n]
+        q8 = self.quant
         for layer in self.layers:
-            qkv = F.linear(_rms(x, layer["ln1"], self.eps), layer["qkv"])
+            qkv = F.linear(q8(_rms(x, layer["ln1"], self.eps)), layer["qkv"])
             heads = qkv.view(b, n, h + 2 * kv, self.d).transpose(1, 2)  # [B, h+2kv, n, D]
             qk = _rotate(heads[:, :h + kv], cos, sin)  # queries and keys rotated together
             layer["k"][:, :, t:t + n] = qk[:, h:]
@@ -109,8 +113,9 @@ class FastLlamaDecoder:
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             attn = torch.matmul(probs.view(b, kv, g * n, t + n), values)  # [B, kv, g*n, D]
             attn = attn.view(b, h, n, self.d).transpose(1, 2).reshape(b, n, h * self.d)
-            x = x + F.linear(attn, layer["o"])
-            gate, up = F.linear(_rms(x, layer["ln2"], self.eps), layer["gate_up"]).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
+            x = x + F.linear(q8(attn), layer["o"])
+            gate_up = F.linear(q8(_rms(x, layer["ln2"], self.eps)), layer["gate_up"])
+            gate, up = gate_up.chunk(2, -1)
+            x = x + F.linear(q8(F.silu(gate) * up), layer["down"])
         self.length += n
         return F.linear(_rms(x[:, -1], self.final_norm, self.eps), self.lm_head)

@@ -99,7 +99,8 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
                       "tokens/generated": float(scored.rollout.num_generated),
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
-    batch, anchors = training_batch(step, cfg, state, scored, rt.device)
+    batch, anchors = training_batch(step, cfg, state, scored, rt.device,
+                                    differs=rt.rollout_model.differs, correction=bound.correction)
     batch.keep, kept = rt.filter.keep(scored)
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages

@@ -1,6 +1,6 @@
 """What a run needs besides its checkpointed state: device, prompt encoder, stop tokens,
-reward function, the model that samples (the policy, or its bfloat16 copy) and the batch
-filter."""
+reward function, the model that samples (the policy, or its low-precision or stale copy:
+`lmpo.rollout.precision`) and the batch filter."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder, stop_token_ids
 from lmpo.rewards import Reward, build_reward
+from lmpo.rollout.precision import RolloutModel
 from lmpo.trainer.filters import build_filter
 
 
@@ -47,29 +48,6 @@ def prepare_policy(policy, cfg):
     return policy, copy.deepcopy(policy).eval().requires_grad_(False)
 
 
-class RolloutModel:
-    """The model `sample` runs: the policy itself (float32), or a copy of it in another
-    precision whose weights are refreshed from the policy before every rollout. Buffers
-    (RoPE frequencies) stay float32, as inference engines keep them."""
-
-    def __init__(self, policy, dtype: str):
-        self.policy = policy
-        self.dtype = getattr(torch, dtype)
-        self.copy = None
-        if self.dtype != torch.float32:
-            self.copy = copy.deepcopy(policy).to(self.dtype).eval().requires_grad_(False)
-            for name, buf in policy.named_buffers():
-                self.copy.get_buffer(name).data = buf.data.clone()
-
-    @torch.no_grad()
-    def __call__(self):
-        if self.copy is None:
-            return self.policy
-        for mine, theirs in zip(self.copy.parameters(), self.policy.parameters(), strict=True):
-            mine.copy_(theirs)
-        return self.copy
-
-
 @dataclass
 class Runtime:
     tokenizer: object
@@ -83,7 +61,7 @@ class Runtime:
     @classmethod
     def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
         device = next(policy.parameters()).device
-        reward = build_reward(cfg.reward.fn, task)
+        reward = build_reward(cfg.reward.fn, task, cfg.reward.scale)
         if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
             from lmpo.reward_model_training import resolve_reward_model
             from lmpo.rewards.reward_model import ModelReward
@@ -94,5 +72,7 @@ class Runtime:
         return cls(tokenizer=tokenizer,
                    encode=PromptEncoder(tokenizer, cfg.prompt_format, cfg.system_prompt),
                    stop_ids=stop_token_ids(policy, tokenizer), reward=reward, device=device,
-                   rollout_model=RolloutModel(policy, cfg.rollout.dtype),
+                   rollout_model=RolloutModel(policy, cfg.rollout.dtype,
+                                              fp8_activations=cfg.rollout.fp8_activations,
+                                              staleness=cfg.rollout.staleness),
                    filter=build_filter(cfg.rollout, tokenizer.pad_token_id))

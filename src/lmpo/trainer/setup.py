@@ -7,6 +7,7 @@ import contextlib
 import os
 import random
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from lmpo.trainer.checkpoint import (
     read_rows,
     truncate_rows,
 )
+from lmpo.trainer.history import PolicyHistory
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
 from lmpo.trainer.state import RunState
@@ -128,9 +130,14 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
 def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bool) -> Run:
     """The policy, its reference and critic, the task, the runtime and a fresh state."""
     bound = cfg.bind()
+    for note in getattr(bound.controller, "notes", ()):  # allowed, but worth saying
+        from lmpo.rollout.controllers.base import BelowFailure
+
+        warnings.warn(note, BelowFailure, stacklevel=2)
     policy, tok = load_policy(policy_dir)
     policy.to(resolve_device(cfg.device)).train()
-    critic = ValueModel.from_policy(policy) if cfg.actor_critic else None  # before adapters
+    critic = ValueModel.from_policy(policy, init=cfg.critic.init, seed=cfg.seed) \
+        if cfg.actor_critic else None  # before adapters
     policy, reference = prepare_policy(policy, cfg)
     task = get_task(cfg.task, cfg.task_params or None)
     rt = Runtime.build(cfg, policy, tok, task, progress=progress)
@@ -145,6 +152,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         estimator=bound.estimator, critic=critic,
         critic_opt=torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None,
         controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
+        history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     return Run(run_dir, cfg, bound, task, rt, heldout, state)

@@ -16,6 +16,7 @@ import torch
 
 from lmpo.masked import masked_mean
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
+from lmpo.rollout.precision import mismatch_metrics
 from lmpo.rollout.types import Rollout
 from lmpo.trainer.batch import forward_logprobs, score_rollout
 from lmpo.trainer.filters import Drawn
@@ -50,13 +51,15 @@ def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict
     """The step's generation rounds (as the batch filter asks), scored, and the rollout
     controller's diagnostics of them. Returns (drawn, filter metrics, controller metrics)."""
     group, controller = cfg.rollout.group_size, state.controller
+    # a stale rollout samples with the version `rollout.staleness` steps back (every round)
+    weights = state.history.advance(state.policy) if state.history is not None else None
 
     def draw() -> Drawn:  # one generation round, scored
         t0 = time.perf_counter()
         problems = [p for p in state.sampler.next_batch() for _ in range(group)]
         values = IncrementalValues(state.critic) if controller.needs_values else None
         with sampling_mode(state.policy):
-            rollout = sample(rt.rollout_model(), [rt.encode(p.prompt) for p in problems],
+            rollout = sample(rt.rollout_model(weights), [rt.encode(p.prompt) for p in problems],
                              max_new_tokens=cfg.rollout.max_new_tokens,
                              temperature=cfg.rollout.temperature, eos_token_id=rt.stop_ids,
                              pad_token_id=rt.tokenizer.pad_token_id,
@@ -89,6 +92,7 @@ class Scored:
     scores: torch.Tensor  # [B'] float32
     group_ids: torch.Tensor  # [B']
     correct: torch.Tensor  # [B] exact correctness of every generated sample
+    hits: torch.Tensor  # [B'] exact correctness of the scored samples (the update's rows)
     scorer_errors: int
     unscored: int
     generated: int  # samples generated (scored or not): update_share's denominator
@@ -106,31 +110,38 @@ def usable(drawn: Drawn, group: int) -> Scored:
         rollout, group_ids = rollout.select(used), group_ids[used]
         problems = [problems[i] for i in used.tolist()]
         keep = None if keep is None else keep[used]
+    correct = torch.tensor([float(ok) for ok in drawn.hits])
     return Scored(problems, rollout,
                   torch.tensor([s for s in drawn.scored if s is not None], dtype=torch.float32),
-                  group_ids, torch.tensor([float(ok) for ok in drawn.hits]),
+                  group_ids, correct, correct[used] if len(used) else correct[:0],
                   drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), keep)
 
 
-def training_batch(step: int, cfg, state, scored: Scored, device) -> tuple[TrainBatch, dict]:
+def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bool = False,
+                   correction=None) -> tuple[TrainBatch, dict]:
     """The update's tensors and anchors, over every scored sample: the behaviour log-probs
-    (or their float32 recompute), the float32 pre-update log-probs where a diagnostic or
-    the anchor needs them (with `rollout/logp_mismatch`; for a low-precision rollout also
-    the float32 policy's entropy), and the reference's log-probs where a KL needs them."""
+    (or their float32 recompute), the float32 pre-update log-probs where a diagnostic, the
+    anchor or a rollout `correction` needs them (with `rollout/logp_mismatch`, its mean
+    and _p99 over tokens; where the sampler `differs` from the float32 policy, a low-
+    precision or stale rollout, also that policy's entropy), the correction's weights and
+    mask, and the reference's log-probs where a KL needs them."""
     rollout, row = scored.rollout, {}
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
     old_logp, temperature = rollout.logp.to(device), cfg.rollout.temperature
-    pre_update, pre_entropy, low_precision = None, None, cfg.rollout.dtype != "float32"
-    if cfg.rollout.old_logp == "recompute" or low_precision or diagnostic_step(step, cfg):
+    pre_update, pre_entropy, fixed = None, None, None
+    if (cfg.rollout.old_logp == "recompute" or differs or correction is not None
+            or diagnostic_step(step, cfg)):
         with torch.no_grad():
             recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
-                                                   temperature, with_entropy=low_precision)
-        if low_precision:  # the float32 policy's entropy, not the rollout copy's
+                                                   temperature, with_entropy=differs)
+        if differs:  # the float32 policy's entropy, not the rollout copy's
             pre_entropy = entropy * resp_mask
-        row["rollout/logp_mismatch"] = float(masked_mean((old_logp - recomputed).abs(),
-                                                         resp_mask))
+        row |= mismatch_metrics(old_logp, recomputed, resp_mask)
         pre_update = recomputed * resp_mask
+        if correction is not None:  # log pi_train - log pi_rollout, whatever anchors the ratio
+            fixed = correction((recomputed - old_logp) * resp_mask, resp_mask)
+            row |= fixed.metrics
         if cfg.rollout.old_logp == "recompute":
             old_logp = pre_update
     ref_logp = None
@@ -140,7 +151,10 @@ def training_batch(step: int, cfg, state, scored: Scored, device) -> tuple[Train
                                            with_entropy=False)
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
-                      pre_update=pre_update, pre_entropy=pre_entropy), row
+                      pre_update=pre_update, pre_entropy=pre_entropy,
+                      is_weights=None if fixed is None else fixed.weights,
+                      update_mask=None if fixed is None else fixed.mask,
+                      correct=scored.hits.to(device)), row
 
 
 def diagnostic_step(step: int, cfg) -> bool:

@@ -34,13 +34,14 @@ class RunState:
     critic_opt: torch.optim.Optimizer | None = None
     controller: Any = None  # lmpo.rollout.RolloutController or None
     reward_norm: Any = None  # a reward model's running score moments (reward.normalize)
+    history: Any = None  # the policy versions stale rollouts sample with (rollout.staleness)
     rngs: dict[str, torch.Generator] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     step: int = 0
     before: dict | None = None  # the evaluation before training
 
     _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller",
-              "reward_norm")
+              "reward_norm", "history")
 
     def state_dict(self) -> dict:
         parts = {name: getattr(self, name) for name in self._PARTS}

@@ -18,6 +18,19 @@ from lmpo.rollout.controllers.registry import DEFAULT_CONTROLLER
 
 
 @dataclass
+class CorrectionConfig:
+    """A rollout correction (lmpo.rollout.corrections): weights from the behaviour
+    log-probs against a float32 recompute that the correction runs itself, applied to each
+    token's loss (verl's rollout_is_weights) and/or to the update's mask (its rejection)."""
+
+    kind: str | None = None
+    """None (off) | tis | seq_tis | icepop | mis | seq_mask_tis | rs_<verl rollout_rs mode>
+    (lmpo.rollout.list_corrections())."""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The kind's thresholds (lmpo.rollout.correction_hparams(kind))."""
+
+
+@dataclass
 class RolloutConfig:
     batch_size: int = 64
     """Sequences per step (prompts_per_step * group_size)."""
@@ -38,13 +51,25 @@ class RolloutConfig:
     """With dynamic_sampling: generation rounds per step to refill the batch with varied
     groups (over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
     dtype: str = "float32"
-    """float32 | bfloat16: sample with a copy of the policy in this precision (the update
-    stays float32): a training-inference mismatch, as low-precision inference engines
-    create."""
+    """float32 | bfloat16 | float16 | fp8_e4m3: sample with a copy of the policy in this
+    precision (the update stays float32): a training-inference mismatch, as low-precision
+    inference engines create. fp8_e4m3 simulates an FP8 engine: e4m3 weights with
+    per-output-channel scales in the decoder's linear layers, bfloat16 elsewhere
+    (lmpo.rollout.precision, docs/precision.md)."""
+    fp8_activations: bool = True
+    """fp8_e4m3 only: also quantise the input of every quantised linear layer to e4m3, one
+    scale per token (W8A8, as FP8 serving does); false = weights only (W8A16)."""
+    staleness: int = 0
+    """k: sample with the policy as it was k training steps earlier (an asynchronous
+    engine's lag), behaviour log-probs from that policy; 0 = on-policy sampling
+    (lmpo.trainer.history)."""
     old_logp: str = "rollout"
     """Which log-probs anchor the ratio: rollout (recorded while sampling) | recompute (a
-    float32 pass before the first update). rollout/logp_mismatch is logged on every step
-    that has both: with recompute or a bfloat16 rollout, and on the diagnostic steps."""
+    float32 pass before the first update). rollout/logp_mismatch (mean and _p99 over
+    tokens) is logged on every step that has both: with recompute, a low-precision or
+    stale rollout, a correction, and on the diagnostic steps."""
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """Importance weights or rejection for the rollout-update mismatch, for any loss."""
 
 
 @dataclass
@@ -61,6 +86,9 @@ class RewardConfig:
     """With `model`: divide out the running mean and std of every score seen in training."""
     micro_batch_size: int = 64
     """With `model`: sequences per reward-model forward pass."""
+    scale: str = "none"
+    """none | pm1: map the checker's scores s in [0, 1] to 2s - 1 ({0, 1} -> {-1, +1}, as
+    CE-GPPO's and DPPO's scripts score); not for a reward model's scores."""
 
 
 @dataclass
@@ -81,6 +109,9 @@ class LossConfig:
     hparams: dict[str, Any] = field(default_factory=dict)
     agg: str | None = None
     """Aggregation mode; None = the method's default (lmpo.losses.default_aggregation)."""
+    nll_coef: float = 0.0
+    """Add nll_coef x the NLL of the correct responses (aggregated as the loss is, over
+    their tokens), for any loss: CE-GPPO's scripts' positive_loss_coeff (0.1 there)."""
 
 
 @dataclass
@@ -99,6 +130,11 @@ class CriticConfig:
     value_coef: float = 0.5
     value_clip: float | None = 0.2
     """Clip the new value to old +- value_clip (PPO's clipped value loss); None = off."""
+    init: str = "zero"
+    """zero | random: the value head's initial weights (the trunk is always a copy of the
+    policy's). zero: V = 0 everywhere at the start; random: torch's default nn.Linear
+    initialisation, drawn from the run's seed (as a critic with a fresh head starts in
+    verl or OpenRLHF, and as an early-stopping critic is described)."""
 
 
 @dataclass
@@ -224,7 +260,8 @@ class TrainConfig:
         from lmpo.advantages import get_advantage
         from lmpo.losses import default_aggregation, get_loss
         from lmpo.losses.diagnostics import bind_post_update
-        from lmpo.rollout import build_controller
+        from lmpo.rewards import reward_range
+        from lmpo.rollout import build_controller, get_correction
         from lmpo.trainer.advantage import advantage_stage
 
         def bound(key: str, make):
@@ -233,7 +270,9 @@ class TrainConfig:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
 
-        loss, adv, ctl = self.loss, self.advantage, self.controller
+        loss, adv, ctl, corr = self.loss, self.advantage, self.controller, \
+            self.rollout.correction
+        low, high, failure = reward_range(self.reward)
         loss_fn = bound("loss", lambda: get_loss(loss.name, **loss.hparams))
         one = torch.ones(1, 1)
         bound("loss.hparams", lambda: loss_fn(one - 2, one - 2, one[0], one))
@@ -241,7 +280,10 @@ class TrainConfig:
             loss_fn=loss_fn, agg=loss.agg or default_aggregation(loss.name),
             estimator=bound("advantage", lambda: get_advantage(adv.name, **adv.hparams)),
             controller=bound("controller", lambda: build_controller(
-                ctl.name, ctl.hparams, total_steps=self.steps, seed=self.seed)),
+                ctl.name, ctl.hparams, total_steps=self.steps, seed=self.seed,
+                failure_reward=failure, reward_range=(low, high))),
+            correction=None if corr.kind is None else bound(
+                "rollout.correction", lambda: get_correction(corr.kind, **corr.hparams)),
             post_update=bound("log.diagnostics", lambda: bind_post_update(
                 loss.name, loss.hparams, self.log.diagnostics)),
             advantages=advantage_stage(adv.name))
@@ -263,3 +305,4 @@ class Bound:
     controller: Any  # a rollout controller (`none` stops nothing)
     post_update: list  # post-update diagnostics, parameters bound
     advantages: Any  # the advantage stage of the estimator's family
+    correction: Any = None  # the rollout correction, or None

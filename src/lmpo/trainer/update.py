@@ -41,6 +41,10 @@ class TrainBatch:
     pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
     # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
     pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
+    is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
+    update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
+    # resp_mask): the loss, its token counts and the value loss use it
+    correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
 
 
 EXTREMES = ("_min", "_max")
@@ -63,10 +67,14 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
     """Forward and backward over the micro-batches of minibatch `mb` (sample indices);
     gradients accumulate in `.grad`. Returns (metrics, name of a non-finite term or None);
     on a non-finite term it stops before that micro-batch's backward."""
-    resp_mask = batch.resp_mask
+    resp_mask = batch.resp_mask if batch.update_mask is None else batch.update_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
               # seq-mean-token-sum-norm's horizon: the fixed generation budget, not the longest row
               "horizon": cfg.rollout.max_new_tokens}
+    nll = cfg.loss.nll_coef > 0
+    if nll:  # the NLL term's own counts: the correct responses' tokens in the minibatch
+        right = resp_mask[mb] * batch.correct[mb, None]
+        nll_counts = counts | {"num_tokens": right.sum(), "num_seqs": (right.sum(-1) > 0).sum()}
     t = resp_mask.shape[1]
     sums: dict[str, float] = defaultdict(float)
     for micro in mb.split(cfg.optim.micro_batch_size):
@@ -75,7 +83,12 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                                      batch.resp_ids[micro], cfg.rollout.temperature,
                                      share_prompts=cfg.optim.shared_prefix)
         loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
+        if batch.is_weights is not None:  # as verl: pg_losses * rollout_is_weights
+            loss_tok = loss_tok * batch.is_weights[micro]
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
+        if nll:
+            terms["nll"] = cfg.loss.nll_coef * aggregate(
+                -logp * m, m * batch.correct[micro, None], agg, **nll_counts)
         if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
             kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
             terms["kl"] = cfg.kl.coef * aggregate(kl_tok, m, agg, **counts)

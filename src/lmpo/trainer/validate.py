@@ -14,7 +14,7 @@ from lmpo.user_modules import import_user_modules
 
 PROMPT_FORMATS = ("auto", "raw", "chat")
 DEVICES = ("auto", "cpu", "cuda")
-ROLLOUT_DTYPES = ("float32", "bfloat16")
+CRITIC_INITS = ("zero", "random")
 
 
 def validate(cfg) -> None:
@@ -45,10 +45,13 @@ def check_finite(section, prefix: str = "") -> None:
 
 def check_names(cfg) -> None:
     from lmpo.advantages import list_advantages
-    from lmpo.rollout import list_controllers
+    from lmpo.rollout import list_controllers, list_corrections
 
+    kind = cfg.rollout.correction.kind
     for key, name, names in (("advantage", cfg.advantage.name, list_advantages()),
-                             ("controller", cfg.controller.name, list_controllers())):
+                             ("controller", cfg.controller.name, list_controllers()),
+                             *([("rollout.correction.kind", kind, list_corrections())]
+                               if kind is not None else [])):
         if name not in names:
             raise ConfigError(f"unknown {key} {name!r}{nearest(name, names)}; valid: "
                               f"{', '.join(names)}")
@@ -70,6 +73,7 @@ def counts(cfg) -> list[tuple[bool, str]]:
 
 
 def rollout_checks(cfg) -> list[tuple[bool, str]]:
+    from lmpo.rollout import ROLLOUT_DTYPES
     from lmpo.tasks import SAMPLER_KINDS
 
     r = cfg.rollout
@@ -90,6 +94,12 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
          f"rollout.dtype {r.dtype!r} unknown; valid: {', '.join(ROLLOUT_DTYPES)}"),
         (r.old_logp in ("rollout", "recompute"),
          f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
+        (r.staleness >= 0, f"rollout.staleness must be >= 0, got {r.staleness}"),
+        (r.dtype != "fp8_e4m3" or cfg.lora.r == 0,
+         "rollout.dtype fp8_e4m3 quantises the decoder's linear layers: not with LoRA "
+         "adapters (lora.r > 0); use bfloat16 or float16"),
+        (r.correction.kind is not None or not r.correction.hparams,
+         f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
     ]
 
 
@@ -120,6 +130,7 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
 
 
 def setting_checks(cfg) -> list[tuple[bool, str]]:
+    from lmpo.rewards import SCALES
     from lmpo.tasks import TASKS
 
     lg = cfg.log
@@ -140,6 +151,14 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
         (cfg.device in DEVICES, f"device {cfg.device!r} unknown; valid: {', '.join(DEVICES)}"),
         (cfg.reward.model is not None or not cfg.reward.normalize,
          "reward.normalize applies only with reward.model (a reward model's scores)"),
+        (cfg.reward.scale in SCALES,
+         f"reward.scale {cfg.reward.scale!r} unknown; valid: {', '.join(SCALES)}"),
+        (cfg.reward.model is None or cfg.reward.scale == "none",
+         f"reward.scale {cfg.reward.scale} maps a checker's [0, 1] scores: not a reward "
+         "model's (reward.model); use reward.normalize for those"),
+        (cfg.critic.init in CRITIC_INITS,
+         f"critic.init {cfg.critic.init!r} unknown; valid: {', '.join(CRITIC_INITS)}"),
+        (cfg.loss.nll_coef >= 0, f"loss.nll_coef must be >= 0, got {cfg.loss.nll_coef}"),
     ]
 
 

@@ -61,6 +61,28 @@ class RolloutContext:
     eos_ids: list[int]
 
 
+class BelowFailure(UserWarning):
+    """r_fail is set below a failure's reward: a stop is penalised beyond failing."""
+
+
+def resolve_r_fail(r_fail: float | None, failure_reward: float | None,
+                   reward_range: tuple[float | None, float | None]) -> tuple[float, list[str]]:
+    """(a stopped response's reward, notes): `r_fail`, or by default a failure's reward (a
+    stop counts as a failure). A value below that reward is allowed; the note says so and
+    the run warns with it (`BelowFailure`)."""
+    if r_fail is None:
+        if failure_reward is None:
+            raise ValueError("r_fail: this run's reward (a user function or a reward model) "
+                             "declares no failure reward; set controller.hparams.r_fail")
+        return float(failure_reward), []
+    if failure_reward is not None and r_fail < failure_reward:
+        low, high = reward_range
+        return float(r_fail), [f"controller.hparams.r_fail={r_fail} is below a failure's "
+                               f"reward {failure_reward} (rewards span [{low}, {high}]): a "
+                               "stopped response is penalised beyond failing"]
+    return float(r_fail), []
+
+
 class StopAccounting:
     """What every stopping controller shares: the batch's stopped rows, the stop rate, the
     stop positions, the token savings and the false-positive pass.
@@ -73,10 +95,13 @@ class StopAccounting:
 
     _ACCOUNTING = ("last_stop_rate", "tokens_cum", "extra_cum")
 
-    def __init__(self, *, r_fail: float, min_tokens: int, measure_false_positives: bool):
+    def __init__(self, *, r_fail: float | None, min_tokens: int, measure_false_positives: bool,
+                 failure_reward: float | None = None,
+                 reward_range: tuple[float | None, float | None] = (None, None)):
         if min_tokens < 1:
             raise ValueError(f"min_tokens must be >= 1, got {min_tokens}")
-        self.r_fail, self.min_tokens = r_fail, min_tokens
+        self.r_fail, self.notes = resolve_r_fail(r_fail, failure_reward, reward_range)
+        self.min_tokens = min_tokens
         self.measure_false_positives = measure_false_positives
         self.last_stop_rate, self.tokens_cum, self.extra_cum = 0.0, 0.0, 0.0
         self._stopped = torch.zeros(0, dtype=torch.bool)

@@ -3,13 +3,15 @@
 At each decoding step, from quantities the sampler already has:
 
     g_t  = max_a log pi(a|s_t) - log pi(a_t|s_t)                  (regret)
-    g~_t = clip((g_t - mu_g) / sqrt(sigma_g^2 + 1e-8), -c, c)
+    g~_t = (g_t - mu_g) / sqrt(sigma_g^2 + 1e-8)     (clipped to [-c, c] only if `clip` c)
     z_t  = alpha_s z_{t-1} + (1 - alpha_s) g~_t,  z_0 = 0
     stop if warmed_up and z_t > beta * max(V(s_t), eps_v)
 
 mu_g, sigma_g^2 are EMAs of the batch mean / variance of g, updated only in
 `end_batch` (frozen during a rollout, so no row's future leaks into a decision).
-beta is a fixed, hand-set threshold as in the paper; `adapt_beta=True` (an lmpo
+beta is a fixed, hand-set threshold as in the paper; the regret is not clipped (as in the
+seed; `clip` is an option) and a stopped response scores `r_fail`, by default a failure's
+reward (a stop counts as a failure; lower values warn: an extra penalty); `adapt_beta=True` (an lmpo
 extension, off by default) moves it toward a target stop rate after every batch.
 Ablations (`mode`): "regret_only" (V replaced by 1), "value_only" (z replaced by
 1); random stopping at the same token savings (variant F) is
@@ -39,8 +41,8 @@ MODES = ("full", "regret_only", "value_only")
 DOMAINS = {
     "mode": "{full, regret_only, value_only}", "beta": "(0, inf]", "adapt_beta": "bool",
     "target_rate": "(0, 1)", "beta_lr": "[0, inf)", "beta_min": "(0, inf)",
-    "beta_max": "(0, inf]", "alpha_s": "[0, 1)", "eps_v": "(0, inf)", "clip": "(0, inf]",
-    "ema_decay": "[0, 1)", "r_fail": "real", "warmup": "bool",
+    "beta_max": "(0, inf]", "alpha_s": "[0, 1)", "eps_v": "(0, inf)", "clip": "(0, inf] | None",
+    "ema_decay": "[0, 1)", "r_fail": "real | None", "warmup": "bool",
     "warmup_baseline_steps": "int [1, inf)", "warmup_loss_frac": "(0, 1]",
     "warmup_rel_change": "[0, inf)", "warmup_patience": "int [1, inf)",
     "warmup_force_frac": "[0, 1]", "min_tokens": "int [1, inf)",
@@ -57,14 +59,17 @@ class ESPO(StopAccounting):
     def __init__(self, *, mode: str = "full", beta: float = 2.0, adapt_beta: bool = False,
                  target_rate: float = 0.25, beta_lr: float = 0.1, beta_min: float = 0.05,
                  beta_max: float = 50.0, alpha_s: float = 0.9, eps_v: float = 0.2,
-                 clip: float = 5.0, ema_decay: float = 0.99, r_fail: float = -1.0,
+                 clip: float | None = None, ema_decay: float = 0.99,
+                 r_fail: float | None = None,
                  warmup: bool = True, warmup_baseline_steps: int = 1,
                  warmup_loss_frac: float = 0.5, warmup_rel_change: float = 0.2,
                  warmup_patience: int = 3, warmup_force_frac: float = 0.1,
                  total_steps: int | None = None, min_tokens: int = 1,
-                 measure_false_positives: bool = True, seed: int = 0):
+                 measure_false_positives: bool = True, seed: int = 0,
+                 failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0)):
         super().__init__(r_fail=r_fail, min_tokens=min_tokens,
-                         measure_false_positives=measure_false_positives)
+                         measure_false_positives=measure_false_positives,
+                         failure_reward=failure_reward, reward_range=reward_range)
         if mode not in MODES:
             raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
                              "(variant F is the random_stop controller)")
@@ -136,7 +141,8 @@ class ESPO(StopAccounting):
         if not self.active or t + 1 < self.min_tokens:
             return torch.zeros(len(rows), dtype=torch.bool)
         g = ((regret.double() - self.mu_g) / math.sqrt(self.var_g + 1e-8))
-        g = g.clamp(-self.clip, self.clip)
+        if self.clip is not None:
+            g = g.clamp(-self.clip, self.clip)
         z = self.alpha_s * self._z[rows].double() + (1 - self.alpha_s) * g
         self._z[rows] = z.float()
         if self.needs_values:

@@ -3,7 +3,8 @@
 A controller acts during decoding: it may end a response early. Each controller is a
 class registered here with keyword-only hyper-parameters, validated when it is built
 (a bad value is a one-line error naming the key). The run supplies `CONTEXT`
-(`total_steps`, `seed`) to a controller that accepts them; they are never hyper-parameters.
+(`total_steps`, `seed`, `failure_reward`: a failed response's reward, `reward_range`:
+(lowest, highest)) to a controller that accepts them; they are never hyper-parameters.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from lmpo.registry import Registry
 CONTROLLERS = Registry("rollout controller", defaults={
     "diagnostics": (), "engagement": None, "preset_keys": (), "title": "", "source": "",
     "summary": "", "example": {}})  # example: hparams that make a valid instance
-CONTEXT = ("total_steps", "seed")
+CONTEXT = ("total_steps", "seed", "failure_reward", "reward_range")
 DEFAULT_CONTROLLER = "none"  # stops nothing
 
 
@@ -23,16 +24,20 @@ def controller_hparams(name: str) -> dict:
 
 
 def build_controller(name: str, hparams: dict | None = None, *, total_steps: int | None = None,
-                     seed: int = 0):
-    """Controller `name` with `hparams`, given the run's `total_steps` and `seed` where it
-    takes them."""
+                     seed: int = 0, failure_reward: float | None = 0.0,
+                     reward_range: tuple = (0.0, 1.0)):
+    """Controller `name` with `hparams`, given the run's `CONTEXT` where it takes it (by
+    default a reward in [0, 1] whose failures score 0)."""
     hparams = dict(hparams or {})
     clash = sorted(set(hparams) & set(CONTEXT))
     if clash:
-        raise TypeError(f"{clash} come from the run (steps, seed), not from controller.hparams")
+        raise TypeError(f"{clash} come from the run (steps, seed, reward), not from "
+                        "controller.hparams")
     accepted = CONTROLLERS.hparams(name)
     CONTROLLERS.check_hparams(name, hparams)
-    context = {k: v for k, v in (("total_steps", total_steps), ("seed", seed)) if k in accepted}
+    given = {"total_steps": total_steps, "seed": seed, "failure_reward": failure_reward,
+             "reward_range": tuple(reward_range)}
+    context = {k: v for k, v in given.items() if k in accepted}
     return CONTROLLERS.get(name, **hparams, **context)
 
 

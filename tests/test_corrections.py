@@ -1,0 +1,243 @@
+"""Rollout corrections against float64 references written from each source's definition
+(verl 0.9.1's rollout_corr_helper, TRL's vLLM importance-sampling modes, OpenRLHF's
+seq-mask-tis), token by token with `math`; verl itself is compared in tests/test_verl.py.
+Applied in the update as verl applies its weights and its rejection mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lmpo.rollout import get_correction, list_corrections
+from lmpo.rollout.corrections import RS_MODES
+
+S = 20.0  # the safety clamp on log-ratios before exp
+
+
+def batch(seed: int, b: int = 7, t: int = 9, spread: float = 0.4):
+    g = torch.Generator().manual_seed(seed)
+    lr = spread * torch.randn(b, t, generator=g, dtype=torch.float64)
+    mask = (torch.rand(b, t, generator=g) < 0.8).double()
+    mask[0] = 0.0  # an empty response
+    lr[1, 0] = 30.0  # beyond the safety bound
+    return lr, mask
+
+
+def ex(v):
+    return math.exp(min(max(v, -S), S))
+
+
+def seq_sum(lr, m):
+    return sum(x for x, k in zip(lr, m, strict=True) if k)
+
+
+def ref_weights(kind: str, lr, mask, hp) -> list[list[float]]:
+    """Per-token weights (0 on padding) for the IS kinds."""
+    out = []
+    for row, m in zip(lr, mask, strict=True):
+        n = sum(m)
+        if kind == "tis":
+            w = [min(ex(x), hp.get("upper", 2.0)) for x in row]
+        elif kind == "seq_tis":
+            w = [min(ex(seq_sum(row, m)), hp.get("upper", 2.0))] * len(row)
+        elif kind == "icepop":
+            lo, hi = hp.get("lower", 0.5), hp.get("upper", 5.0)
+            w = [ex(x) if lo <= ex(x) <= hi else 0.0 for x in row]
+        elif kind == "mis":  # TRL: ratio of the masked diff, zeroed outside [min, max]
+            lo, hi = hp.get("lower") or -math.inf, hp.get("upper", 3.0)
+            if hp.get("level", "sequence") == "sequence":
+                r = ex(seq_sum(row, m))
+                w = [r if lo <= r <= hi else 0.0] * len(row)
+            else:
+                w = [ex(x * k) if lo <= ex(x * k) <= hi else 0.0 for x, k in zip(row, m,
+                                                                               strict=True)]
+        elif kind == "seq_mask_tis":  # OpenRLHF: geometric-mean mask x token ratio
+            lo, hi = hp.get("lower", 0.5), hp.get("upper", 5.0)
+            geo = math.exp(seq_sum(row, m) / n) if n else 1.0
+            keep = 1.0 if lo <= geo <= hi else 0.0
+            w = [keep * ex(x) for x in row]
+        else:
+            raise KeyError(kind)
+        out.append([wi if k else 0.0 for wi, k in zip(w, m, strict=True)])
+    return out
+
+
+def ref_rejection(mode: str, lr, mask, lower, upper) -> list[list[float]]:
+    """verl's rollout_rs: k1 = -log r in [log lower, log upper]; k2 = (log r)^2 / 2 and
+    k3 = r - 1 - log r below upper; sequence modes reduce over valid tokens (sum, mean with
+    verl's + 1e-8 in the count, max)."""
+    level, est = mode.rsplit("_", 1)
+    out = []
+    for row, m in zip(lr, mask, strict=True):
+        c = [max(min(x, S), -S) for x in row]
+        stat = {"k1": [-x for x in c], "k2": [0.5 * x * x for x in c],
+                "k3": [math.exp(x) - 1 - x for x in c]}[est]
+        valid = [s for s, k in zip(stat, m, strict=True) if k]
+        if level == "seq_sum":
+            stat = [sum(s * k for s, k in zip(stat, m, strict=True))] * len(row)
+        elif level == "seq_mean":
+            stat = [sum(s * k for s, k in zip(stat, m, strict=True)) / (sum(m) + 1e-8)] \
+                * len(row)
+        elif level == "seq_max":
+            stat = [max(valid) if valid else 0.0] * len(row)
+        if est == "k1":
+            keep = [math.log(lower) <= s <= math.log(upper) for s in stat]
+        else:
+            keep = [s <= upper for s in stat]
+        out.append([float(k and kk) for k, kk in zip(m, keep, strict=True)])
+    return out
+
+
+IS_CASES = [("tis", {}), ("tis", {"upper": 1.3}), ("seq_tis", {}), ("seq_tis", {"upper": 5}),
+            ("icepop", {}), ("icepop", {"lower": 0.8, "upper": 1.25}), ("mis", {}),
+            ("mis", {"level": "token", "upper": 1.5, "lower": 0.7}),
+            ("seq_mask_tis", {}), ("seq_mask_tis", {"lower": 0.9, "upper": 1.1})]
+RS_CASES = [(m, {}) for m in RS_MODES] + [("token_k1", {"upper": 1.2}),
+                                          ("seq_mean_k1", {"lower": 0.9, "upper": 1.05}),
+                                          ("seq_max_k3", {"upper": 0.05})]
+
+
+@pytest.mark.parametrize("kind,hp", IS_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_importance_weights_match_the_float64_reference(kind, hp, seed):
+    lr, mask = batch(seed)
+    got = get_correction(kind, **hp)(lr, mask)
+    want = torch.tensor(ref_weights(kind, lr.tolist(), mask.tolist(), hp), dtype=torch.float64)
+    torch.testing.assert_close(got.weights, want, rtol=1e-12, atol=1e-300)
+    assert torch.equal(got.mask, mask)  # weights only: the mask is the response's
+    valid = mask > 0
+    removed = valid & (want == 0)
+    assert got.metrics["rollout_corr/masked_frac"] == pytest.approx(
+        float(removed.sum()) / float(valid.sum()), abs=1e-15)
+    assert got.metrics["rollout_corr/weight_max"] == pytest.approx(float(want[valid].max()))
+    assert got.metrics["rollout_corr/weight_min"] == pytest.approx(float(want[valid].min()))
+
+
+@pytest.mark.parametrize("mode,hp", RS_CASES, ids=lambda v: str(v))
+def test_rejection_masks_match_the_float64_reference(mode, hp):
+    from lmpo.rollout import correction_hparams
+
+    lr, mask = batch(3, spread=0.1)
+    kind = f"rs_{mode}"
+    got = get_correction(kind, **hp)(lr, mask)
+    full = correction_hparams(kind) | hp
+    lower = full.get("lower")
+    upper = full["upper"]
+    lower = 1.0 / upper if mode.endswith("k1") and lower is None else lower
+    want = torch.tensor(ref_rejection(mode, lr.tolist(), mask.tolist(), lower, upper),
+                        dtype=torch.float64)
+    assert got.weights is None and torch.equal(got.mask, want)
+
+
+@pytest.mark.parametrize("kind", list_corrections())
+def test_nothing_changes_when_rollout_and_update_agree(kind):
+    _, mask = batch(0)
+    got = get_correction(kind)(torch.zeros_like(mask), mask)
+    if got.weights is not None:
+        assert torch.equal(got.weights, mask)  # every weight 1
+    assert torch.equal(got.mask, mask)
+    assert got.metrics["rollout_corr/masked_frac"] == 0.0
+    assert got.metrics["rollout_corr/seq_masked_frac"] == 0.0
+
+
+def test_batch_normalisation_gives_mean_weight_one():
+    lr, mask = batch(4)
+    for kind in ("tis", "icepop"):
+        w = get_correction(kind, batch_normalize=True)(lr, mask).weights
+        assert float((w * mask).sum() / mask.sum()) == pytest.approx(1.0, abs=1e-7)
+    w = get_correction("seq_tis", batch_normalize=True)(lr, mask).weights
+    rows = mask.sum(-1) > 0
+    per_seq = (w * mask).sum(-1)[rows] / mask.sum(-1)[rows]
+    assert float(per_seq.mean()) == pytest.approx(1.0, abs=1e-7)
+
+
+@pytest.mark.parametrize("kind,hp,says", [
+    ("icepop", {"lower": 2.0, "upper": 1.5}, "lower 2.0 must be <= upper 1.5"),
+    ("tis", {"upper": 0}, "upper=0 is outside its domain (0, inf)"),
+    ("mis", {"level": "batch"}, "level='batch' is outside its domain {token, sequence}"),
+    ("rs_seq_sum_k3", {"lower": 0.5}, "unknown hyper-parameter(s) ['lower']"),
+])
+def test_bad_thresholds_fail_with_the_key(kind, hp, says):
+    with pytest.raises((ValueError, TypeError, KeyError)) as info:
+        get_correction(kind, **hp)(*batch(0))
+    assert says in str(info.value)
+
+
+# ---------------------------------------------------------------- in the update
+def one_update(policy_dir, weights=None, update_mask=None, nll_coef=0.0, correct=None):
+    """The policy gradient of one minibatch with the given correction fields (float64)."""
+    from lmpo.config import load_config
+    from lmpo.losses import get_loss
+    from lmpo.models import load_policy
+    from lmpo.trainer.train_config import TrainConfig
+    from lmpo.trainer.update import TrainBatch, accumulate_gradients
+
+    cfg = load_config(TrainConfig, "grpo", [f"policy={policy_dir}", "rollout.max_new_tokens=5",
+                                            f"loss.nll_coef={nll_coef}",
+                                            "optim.micro_batch_size=2"])
+    policy, tok = load_policy(policy_dir)
+    policy.double()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (4, 9), generator=g)
+    mask = torch.ones_like(ids)
+    resp_mask = torch.ones(4, 5, dtype=torch.float64)
+    resp_mask[3, 3:] = 0
+    resp_ids = ids[:, 4:]
+    old = -torch.rand(4, 5, generator=g, dtype=torch.float64) - 3.0
+    adv = torch.randn(4, 1, generator=g, dtype=torch.float64).expand(4, 5)
+    weights, update_mask, correct = (None if x is None else x.double()
+                                     for x in (weights, update_mask, correct))
+    b = TrainBatch(ids, mask, resp_ids, resp_mask, old, adv, keep=torch.arange(4),
+                   is_weights=weights, update_mask=update_mask, correct=correct)
+    policy.zero_grad()
+    metrics, bad = accumulate_gradients(policy, None, get_loss("ppo_clip"), "token-mean", b,
+                                        torch.arange(4), cfg)
+    assert bad is None
+    return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]), \
+        metrics
+
+
+def close(a, b):
+    """Equal to float32 rounding (the log-softmax runs in float32 even for a float64
+    model): relative to the gradient's norm."""
+    assert float((a - b).norm()) <= 1e-6 * float(b.norm()), float((a - b).norm() / b.norm())
+
+
+def test_weights_scale_each_tokens_loss_and_rejection_leaves_the_counts(tiny_policy_dir):
+    plain, _ = one_update(tiny_policy_dir)
+    doubled, _ = one_update(tiny_policy_dir, weights=torch.full((4, 5), 2.0))
+    close(doubled, 2 * plain)
+    keep = torch.ones(4, 5)
+    keep[3, 3:] = 0
+    keep[:2] = 0  # reject two responses: the token-mean is over the rest
+    rejected, _ = one_update(tiny_policy_dir, update_mask=keep)
+    half = torch.ones(4, 5)
+    half[3, 3:] = 0
+    half[:2] = 0
+    only, _ = one_update(tiny_policy_dir, weights=half)  # same tokens, all counted
+    n_all, n_kept = 4 * 5 - 2, 2 * 5 - 2
+    close(rejected, only * n_all / n_kept)
+
+
+def test_nll_on_correct_responses_adds_its_own_token_mean(tiny_policy_dir):
+    from lmpo.models import load_policy
+    from lmpo.trainer.batch import forward_logprobs
+
+    correct = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    base, _ = one_update(tiny_policy_dir)
+    with_nll, metrics = one_update(tiny_policy_dir, nll_coef=0.1, correct=correct)
+    policy, _ = load_policy(tiny_policy_dir)
+    policy.double()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (4, 9), generator=g)
+    resp_mask = torch.ones(4, 5, dtype=torch.float64)
+    resp_mask[3, 3:] = 0
+    logp, _ = forward_logprobs(policy, ids, torch.ones_like(ids), ids[:, 4:])
+    m = resp_mask * correct[:, None]
+    nll = -(logp * m).sum() / m.sum()
+    (0.1 * nll).backward()
+    want = torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
+    close(with_nll - base, want)
+    assert metrics["loss/term_nll"] == pytest.approx(0.1 * float(nll), rel=1e-6)
