@@ -93,7 +93,7 @@ def test_every_preset_loads_builds_and_runs_one_step(preset, tiny_policy_dir, tm
      "savings=0.2 needs measure_false_positives=True"),
     ("grpo", "controller.name=espo", "controller 'espo' (with these hparams) needs the critic"),
     ("grpo", "controller.name=espx", "unknown controller 'espx' (did you mean 'espo'?)"),
-    ("grpo", "controller.hparams={seed: 3}", "come from the run (steps, seed)"),
+    ("grpo", "controller.hparams={seed: 3}", "come from the run (steps, seed, reward)"),
     ("grpo", "espo.beta=0.5", "config key 'espo' was replaced by `controller: {name, hparams}`"),
     ("ppo_clip", "advantage.gamma=0.9", "'advantage.gamma' moved to advantage.hparams.gamma"),
     ("grpo", "log.or_alpha=0.3", "'log.or_alpha' was replaced by log.diagnostics"),
