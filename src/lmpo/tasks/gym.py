@@ -8,6 +8,11 @@ completion is scored by the dataset's own `score_answer` on the text after `#`.
 `chain_sum_steps` is the same task with every operation written out,
 `12+7=19,19-3=16#16`: about twice as long, so that stopping a failing response
 early (ESPO) has tokens to save. Prompts, answers and checkers are chain_sum's.
+
+`chain_sum_long` is the long-reasoning task for early stopping: chains of 7 to 10
+one-digit terms in the steps format (worked solutions of 45-70 tokens, 57 on average),
+where a wrong step is visible as soon as its result is written (`lmpo.tasks.steps` finds
+it). Two-digit chains were left out: the nano policy's warm start solves 3-5% of them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Tier:
 CHAIN_SUM_TIERS = (Tier("t2d1", 2, 1), Tier("t3d1", 3, 1), Tier("t2d2", 2, 2),
                    Tier("t4d2", 4, 2))
 PRODUCT_TIERS = (Tier("t2d1", 2, 1), Tier("t3d1", 3, 1), Tier("t2d2", 2, 2))
+LONG_TIERS = (Tier("t7d1", 7, 1), Tier("t8d1", 8, 1), Tier("t9d1", 9, 1), Tier("t10d1", 10, 1))
 
 
 WORKED = ("compact", "steps")
@@ -51,13 +57,14 @@ class GymArithmeticTask(ReasoningGymTask):
     """A reasoning-gym arithmetic dataset (`chain_sum`, `products`) with tiers of terms x
     digits, in the compact worked format; the dataset's checker reads the text after `#`."""
 
-    def __init__(self, dataset: str, tiers: tuple[Tier, ...], worked: str = "compact"):
+    def __init__(self, dataset: str, tiers: tuple[Tier, ...], worked: str = "compact",
+                 name: str | None = None):
         super().__init__(dataset, {"tiers": {
             t.name: {"min_terms": t.terms, "max_terms": t.terms, "min_digits": t.digits,
                      "max_digits": t.digits} for t in tiers}})
         if worked not in WORKED:
             raise ValueError(f"worked must be one of {WORKED}, got {worked!r}")
-        self.name = dataset if worked == "compact" else f"{dataset}_{worked}"
+        self.name = name or (dataset if worked == "compact" else f"{dataset}_{worked}")
         self.worked = worked
 
     def _to_problem(self, entry: dict, tier: str) -> Problem:
@@ -96,6 +103,8 @@ TASKS = {
     "chain_sum": lambda: GymArithmeticTask("chain_sum", CHAIN_SUM_TIERS),
     "products": lambda: GymArithmeticTask("products", PRODUCT_TIERS),
     "chain_sum_steps": lambda: GymArithmeticTask("chain_sum", CHAIN_SUM_TIERS, "steps"),
+    "chain_sum_long": lambda: GymArithmeticTask("chain_sum", LONG_TIERS, "steps",
+                                                name="chain_sum_long"),
 }
 
 

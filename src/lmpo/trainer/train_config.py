@@ -207,8 +207,8 @@ class TrainConfig:
     replaced_keys: ClassVar[dict[str, str]] = replaced()
     """Keys of earlier lmpo versions: a config that uses one fails with what replaced it."""
     task: str = "chain_sum"
-    """A built-in task (chain_sum, products, chain_sum_steps), any reasoning-gym dataset as
-    rg:<dataset>, or a path to a JSONL dataset."""
+    """A built-in task (chain_sum, products, chain_sum_steps, chain_sum_long), any
+    reasoning-gym dataset as rg:<dataset>, or a path to a JSONL dataset."""
     task_params: dict[str, Any] = field(default_factory=dict)
     """rg:<dataset> only: the dataset's parameters, and optional `tiers` (name -> parameters)."""
     prompt_format: str = "auto"
