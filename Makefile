@@ -82,6 +82,9 @@ bench: $(STAMP)
 		--batches 256 --max-new-tokens 48 --out rollout_speed_fixed
 	$(PY) benchmarks/real_sampling.py
 	$(PY) benchmarks/step_overhead.py
+	$(PY) benchmarks/rollout_mismatch.py --real
+	$(PY) benchmarks/oracle_savings.py
+	$(PY) benchmarks/condition_cost.py
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) dist .pytest_cache .hypothesis \

@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--tiers", nargs="*", default=None, help="default: every tier")
     ap.add_argument("--prompts", type=int, default=64, help="per tier")
     ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--max-new-tokens", type=int, default=112)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

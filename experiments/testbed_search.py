@@ -55,6 +55,20 @@ GRIDS = {
     "espo_preset": {"seed": ["0"]},
     # the chosen testbed on two seeds the search never saw
     "fresh_seeds": {"seed": ["3", "4"]},
+    # the long-reasoning testbed (run with --preset base_long): PPO's lr, one seed
+    "long_lr": {"optim.lr": ["2e-5", "5e-5"], "seed": ["0"]},
+    # lr 2e-5 gained 3.2 points in 300 steps: more update per sample, no KL, a larger
+    # batch (a list of variants, not a product)
+    "long_more": [["optim.lr=2e-5", "optim.epochs=2", "seed=0"],
+                  ["optim.lr=3e-5", "kl.coef=0.0", "seed=0"],
+                  ["optim.lr=2e-5", "rollout.batch_size=128", "seed=0"]],
+    # GAE's lam 0.95 gives a response's first tokens (0.95^57 = 0.05 of the reward) the
+    # critic's guess: Monte-Carlo returns (lam 1), on every tier and on the two shorter
+    "long_lam": [["optim.lr=2e-5", "advantage.hparams.lam=1.0", "seed=0"],
+                 ["optim.lr=2e-5", "advantage.hparams.lam=1.0", "rollout.clusters=[t7d1,t8d1]",
+                  "seed=0"]],
+    # the committed base_long (lam 1, t7d1 + t8d1) on two more seeds, and its lam at 0.95
+    "long_confirm": [["seed=1"], ["seed=2"], ["advantage.hparams.lam=0.95", "seed=0"]],
 }
 # every grid but "confirm" overrides the preset with these
 SEARCH_FIXED = ["steps=600", "rollout.batch_size=64", "rollout.group_size=8",
@@ -64,7 +78,9 @@ FIXED = {"confirm": ["log.eval_every=100", "log.tensorboard=false"],
          "stability": ["log.eval_every=100", "log.tensorboard=false"],
          "espo_beta": ["log.tensorboard=false"], "espo_beta_low": ["log.tensorboard=false"],
          "ppo": ["log.tensorboard=false"], "espo_preset": ["log.tensorboard=false"],
-         "fresh_seeds": ["log.tensorboard=false"]}
+         "fresh_seeds": ["log.tensorboard=false"], "long_lr": ["log.tensorboard=false"],
+         "long_more": ["log.tensorboard=false"], "long_lam": ["log.tensorboard=false"],
+         "long_confirm": ["log.tensorboard=false"]}
 
 
 def run_one(overrides: list[str], preset: str) -> dict:
@@ -104,9 +120,11 @@ def main() -> None:
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value for every run")
     args = ap.parse_args()
     grid = GRIDS[args.grid]
-    for values in itertools.product(*grid.values()):
-        fixed = FIXED.get(args.grid, SEARCH_FIXED)
-        overrides = fixed + args.extra + [f"{k}={v}" for k, v in zip(grid, values, strict=True)]
+    variants = grid if isinstance(grid, list) else [
+        [f"{k}={v}" for k, v in zip(grid, values, strict=True)]
+        for values in itertools.product(*grid.values())]
+    for variant in variants:
+        overrides = FIXED.get(args.grid, SEARCH_FIXED) + args.extra + variant
         result = run_one(overrides, args.preset) | {"grid": args.grid}
         print(json.dumps(result), flush=True)
         with open(args.out, "a") as fh:
