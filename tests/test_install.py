@@ -43,7 +43,7 @@ def test_namespaces_are_separate_and_every_preset_has_a_description():
         for name, text in presets.list_presets(kind):
             assert text and len(text) < 120, (kind, name, text)
     assert set(presets.names("train")) >= {"grpo", "base", "espo", "demo"}
-    assert presets.names("sft") == ["nano-chain-sum", "nano-chain-sum-steps"]
+    assert presets.names("sft") == ["nano-chain-sum", "nano-chain-sum-long", "nano-chain-sum-steps"]
     assert presets.names("rm") == ["nano-chain-sum-rm"]
     assert read_yaml("base", "train")["policy"] == "nano-chain-sum"
 

@@ -33,7 +33,7 @@ def test_every_registered_method_is_a_row_with_its_source():
     for r in rows.values():
         assert r["title"] and r["source"] and r["summary"] and "|" not in r["summary"], r
     assert rows[("loss", "output_reset")]["presets"] == ["grpo_or", "ppo_or"]
-    assert rows[("advantage", "gae")]["presets"] == ["base_ac"]
+    assert rows[("advantage", "gae")]["presets"] == ["base_ac", "base_long"]
     assert all(advantage_meta(n)["title"] for n in list_advantages())
     assert all(CONTROLLERS.meta(n)["title"] for n in list_controllers())
 
