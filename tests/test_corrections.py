@@ -240,4 +240,4 @@ def test_nll_on_correct_responses_adds_its_own_token_mean(tiny_policy_dir):
     (0.1 * nll).backward()
     want = torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
     close(with_nll - base, want)
-    assert metrics["loss/term_nll"] == pytest.approx(0.1 * float(nll), rel=1e-6)
+    assert metrics["loss/term_nll"] == pytest.approx(0.1 * float(nll.detach()), rel=1e-6)
