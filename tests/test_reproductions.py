@@ -40,10 +40,12 @@ MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}
-MATCHED["drpo"] = {"loss.name", "loss.agg", "loss.hparams.eps_low", "loss.hparams.eps_high",
+# DRPO's second edition: one recipe (advantages, aggregation) for every arm; the arms differ
+# in the loss and the condition (FP8, staleness) and, for one, a rollout correction
+MATCHED["drpo"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
                    "loss.hparams.delta_low", "loss.hparams.delta_high",
-                   "loss.hparams.clip_ratio_c", "loss.hparams.delta", "advantage.name",
-                   "rollout.dtype", "optim.lr"}
+                   "loss.hparams.clip_ratio_c", "loss.hparams.delta", "rollout.dtype",
+                   "rollout.staleness", "rollout.correction.kind"}
 MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
@@ -51,12 +53,11 @@ MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
 LOSS = ("loss.",)
 PAIRS = {"output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
-         "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("clip", "dppo", "drpo")
-                  for a, b, keys in (("", "_bf16", ("rollout.dtype",)),
-                                     ("", "_lr", ("optim.lr",)),
-                                     ("_bf16", "_lr", ("rollout.dtype", "optim.lr")))]
-         + [("drpo_bf16", "drpo_d0.25_bf16", ("loss.hparams.delta",)),
-            ("drpo_lr", "drpo_d0.25_lr", ("loss.hparams.delta",))]}
+         "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("grpo", "dppo", "drpo", "drpo_d0.5")
+                  for a, b, keys in (("", "_fp8", ("rollout.dtype",)),
+                                     ("", "_stale", ("rollout.staleness",)))]
+         + [(f"drpo{c}", f"drpo_d0.5{c}", ("loss.hparams.delta",)) for c in ("", "_fp8", "_stale")]
+         + [("grpo_fp8", "grpo_fp8_mis", ("rollout.correction",))]}
 
 
 def test_every_experiment_is_listed_here():
