@@ -29,8 +29,8 @@ REPORTS = sorted(p.parent.name for p in (ROOT / "experiments/results").glob("*/r
 # What each experiment's arms may differ in, key by key (docs/reproductions.md, matched arms).
 AC = {"advantage.hparams.gamma", "advantage.hparams.lam", "advantage.hparams.whiten"}
 MATCHED = {
-    "cegppo": {"loss.name", "loss.agg", "loss.hparams.eps_high", "loss.hparams.beta1",
-               "loss.hparams.beta2", "rollout.dynamic_sampling", "rollout.max_gen_batches"},
+    # CE-GPPO's second edition: the authors' settings for every arm; DAPO is clip-higher
+    "cegppo": {"loss.name", "loss.hparams.eps_high", "loss.hparams.beta1", "loss.hparams.beta2"},
     "output_reset": {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode"} | AC,
@@ -51,7 +51,10 @@ MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
 LOSS = ("loss.",)
-PAIRS = {"output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
+PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegppo", LOSS)]
+         + [("cegppo", f"cegppo_b{b}", (f"loss.hparams.beta{b[0]}",))
+            for b in ("2_0.5", "2_2", "1_0.25", "1_1")],
+         "output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("grpo", "dppo", "drpo", "drpo_d0.5")
                   for a, b, keys in (("", "_fp8", ("rollout.dtype",)),
