@@ -54,6 +54,10 @@ LOSS = ("loss.",)
 PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegppo", LOSS)]
          + [("cegppo", f"cegppo_b{b}", (f"loss.hparams.beta{b[0]}",))
             for b in ("2_0.5", "2_2", "1_0.25", "1_1")],
+         "ebpo": [("grpo_g2", "ebpo_g2", ("advantage.",)), ("grpo_g8", "ebpo_g8", ("advantage.",)),
+                  ("ebpo_shuffled", "ebpo_easy_to_hard", ("rollout.sampler",)),
+                  ("ebpo_cluster_shuffled", "ebpo_cluster_easy_to_hard", ("rollout.sampler",)),
+                  ("ebpo_shuffled", "ebpo_cluster_shuffled", ("advantage.hparams.",))],
          "output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("grpo", "dppo", "drpo", "drpo_d0.5")
