@@ -22,6 +22,7 @@ from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
 from lmpo.experiments.audit import arm_configs, effective_table, judge_claims, seed_values
 from lmpo.experiments.diagnostics import method_diagnostics
+from lmpo.experiments.frontier import frontier_lines, frontier_table
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import MIN_SEEDS, summarize
 from lmpo.legacy import upgrade_saved
@@ -188,6 +189,8 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None) -> 
     data = collect(root)
     info, table, claims = setup(data, root), arm_table(data), judge_claims(data)
     info["effective"] = effective_table(data)
+    info["frontier"] = frontier_table(data, data["experiment"].frontier) \
+        if data["experiment"].frontier else {}
     plots = write_plots(data, out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
@@ -227,6 +230,7 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
         lines.append(f"| {label} | " + " | ".join(cell(table[a].get(label), arm_n(table, a))
                                                    for a in arms) + " |")
     lines += effective_lines(info.get("effective") or {}, arms)
+    lines += frontier_lines(info.get("frontier") or {}, arms, fmt, cell)
     lines += claim_lines(claims)
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "---", "", f"Note: {COVERAGE_NOTE}", ""]

@@ -10,6 +10,8 @@
     differs_in: [loss]                       # dotted keys (a prefix covers what is under it)
     claims: [...]                            # see lmpo.experiments.stats
     notes: ["..."]                           # optional: what changed after runs, and why
+    frontier: {x: kl/ref, ys: [...]}         # optional: arms read at matched drift
+                                             # (lmpo.experiments.frontier)
 
 Each arm's config resolves as defaults <- arm preset <- base <- arm overrides <- the
 command line (`--steps`, `--seeds`); mappings merge as in `extends:`. Before any run,
@@ -29,11 +31,12 @@ import yaml
 from lmpo import presets
 from lmpo.config import build, flat_config, merge, read_yaml
 from lmpo.errors import ConfigError
+from lmpo.experiments.frontier import check_frontier
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
-RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims")  # a resumed sweep keeps these
+RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier")  # a resumed sweep keeps these
 PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
 NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
 
@@ -57,6 +60,7 @@ class Experiment:
     claims: list[dict]
     notes: list[str] = field(default_factory=list)
     effective_tolerance: dict = field(default_factory=dict)  # {ratio: 1.5, share: 0.2}
+    frontier: dict = field(default_factory=dict)  # lmpo.experiments.frontier
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -71,7 +75,8 @@ class Experiment:
                 "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
                 "claims": self.claims} | ({"notes": self.notes} if self.notes else {}) \
             | ({"effective_tolerance": self.effective_tolerance}
-               if self.effective_tolerance else {})
+               if self.effective_tolerance else {}) \
+            | ({"frontier": self.frontier} if self.frontier else {})
 
 
 def _seeds(value, where: str) -> list[int]:
@@ -86,7 +91,7 @@ def _seeds(value, where: str) -> list[int]:
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
-               "claims", "effective_tolerance"}
+               "claims", "effective_tolerance", "frontier"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
@@ -122,7 +127,8 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                      base=dict(data.get("base") or {}), arms=arms,
                      seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
                      differs_in=list(differs), claims=[dict(c) for c in claims],
-                     notes=list(notes), effective_tolerance=dict(tolerance))
+                     notes=list(notes), effective_tolerance=dict(tolerance),
+                     frontier=check_frontier(data.get("frontier"), where))
     from lmpo.experiments.claims import check_claim
 
     for i, claim in enumerate(exp.claims):
