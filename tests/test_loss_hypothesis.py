@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmpo.losses import AGG_MODES, aggregate, get_loss, list_losses
+from lmpo.losses import AGG_MODES, aggregate, get_loss, list_losses, loss_meta
 
 
 @st.composite
@@ -49,7 +49,11 @@ def test_losses_are_finite_and_zero_on_padding(inputs, name, mode):
 
 @given(inputs=loss_inputs(), name=st.sampled_from(list_losses()))
 def test_zero_advantage_gives_zero_loss_gradient(inputs, name):
+    """A loss with a term acting whatever the advantage (loss metadata
+    `acts_without_advantage`: DRO's penalty, KL-Cov's |rho|) is inert only at rho = 0."""
     logp, old, _, mask = inputs
+    if loss_meta(name)["acts_without_advantage"]:
+        logp = torch.where(mask, old, logp)
     logp = logp.clone().requires_grad_(True)
     loss_tok, _ = get_loss(name)(logp, old, torch.zeros_like(old), mask)
     (grad,) = torch.autograd.grad(loss_tok.sum(), logp)

@@ -34,13 +34,21 @@ def _get(config, key, default=None):
     return getattr(config, key, default)
 
 
+def _get_path(config, dotted: str):
+    """`config.a.b` for "a.b" (None wherever a link is missing)."""
+    for key in dotted.split("."):
+        config = _get(config, key)
+    return config
+
+
 def resolve_hparams(name: str, config) -> dict:
     """lmpo hyper-parameters for `name` from a verl actor config: `policy_loss.hparams`,
-    over the verl settings the loss declares for them (`peer_keys["verl"]`: e.g. the clip
-    knobs clip_ratio_low/high, which mean the same in both libraries)."""
+    over the verl settings the loss declares for them (`peer_keys["verl"]`, dotted paths
+    in the actor config: e.g. the clip knobs clip_ratio_low/high, which mean the same in
+    both libraries, or Clip-Cov's policy_loss.clip_cov_ratio)."""
     policy_loss = _get(config, "policy_loss")
     explicit = dict(_get(policy_loss, "hparams", None) or {})
-    return peer_hparams(name, "verl", lambda key: _get(config, key)) | explicit
+    return peer_hparams(name, "verl", lambda key: _get_path(config, key)) | explicit
 
 
 def make_policy_loss(name: str):

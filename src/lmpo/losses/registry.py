@@ -15,6 +15,9 @@ docs and adapters so that none of them names a loss:
   peer's settings that feed a hyper-parameter the user did not set explicitly.
 - `clipfrac`: the metric the verl adapter reports as `actor/pg_clipfrac`.
 - `preset_keys`: config keys outside `loss.*` the method's preset may set.
+- `acts_without_advantage`: True for a loss with a term that acts on every token whatever
+  its advantage (DRO's quadratic penalty, KL-Cov's |rho|): zero advantage is inert only
+  at rho = 0 (the property tests check that instead).
 - `domains`: {hyper-parameter: domain spec} (`lmpo.domains`), checked when the loss is
   built; every hyper-parameter needs one (a test fails otherwise).
 """
@@ -25,7 +28,7 @@ LOSSES = Registry("loss", defaults={
     "default_agg": "token-mean", "title": "", "source": "", "summary": "", "diagnostics": (),
     "acts": None, "engagement": None,
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
-    "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (),
+    "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none

@@ -1,0 +1,45 @@
+"""Ratio-free policy-gradient losses the engines ship: GPG and DRO."""
+
+from __future__ import annotations
+
+from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.registry import LOSSES
+
+
+@LOSSES.register("gpg", default_agg="token-mean", title="GPG", source="arXiv 2504.02546",
+                 preset_keys=("optim.minibatches",),  # no ratio: one on-policy update
+                 summary="plain policy gradient -A log pi (no ratio, no clip); GPG's "
+                         "advantage is the `gpg` estimator")
+def gpg(logp, old_logp, adv, mask):
+    """L = -A * logp (verl's `compute_policy_loss_gpg`: no ratio and no clip; the method
+    lives in its advantage, the `gpg` estimator). verl's default aggregation is token-mean."""
+    x = prepare(logp, old_logp, adv, mask)
+    return x.zero_off_mask(-x.adv * x.logp), ratio_metrics(x)
+
+
+@LOSSES.register("dro", default_agg="token-mean",
+                 clipfrac="dro/penalty_grad_frac",  # what the verl adapter reports as pg_clipfrac
+                 diagnostics=("loss/dro/penalty_grad_frac",),
+                 acts={"metric": "loss/dro/penalty_grad_frac", "above": 0.0},
+                 engagement="loss/dro/penalty_grad_frac", acts_without_advantage=True,
+                 peer_keys={"verl": {"beta": "policy_loss.dro_beta"}},
+                 domains={"beta": "(0, inf)"}, title="DRO (Direct Reward Optimisation)",
+                 source="arXiv 2405.19107",
+                 summary="policy gradient -A log pi plus a quadratic penalty beta/2 rho^2 on "
+                         "the log-ratio (a smooth trust region)")
+def dro(logp, old_logp, adv, mask, *, beta=0.05):
+    """L = -(A * logp - beta/2 * rho^2), rho = logp - old_logp (verl's
+    `compute_policy_loss_dro`; Tinker's `dro` loss has the same per-token form).
+
+    dL/dlogp = -A + beta * rho. verl has no default for `dro_beta` (it must be set);
+    0.05 here is lmpo's. The penalty acts on every token, an A = 0 one included (it is
+    inert only at rho = 0). rho is clamped to +-20 as every ratio loss clamps it (verl does
+    not clamp here; the two agree for |rho| <= 20). Diagnostic: the penalty's share of the
+    per-token gradient magnitude, sum |beta rho| / sum (|A| + |beta rho|).
+    """
+    x = prepare(logp, old_logp, adv, mask)
+    loss = -(x.adv * x.logp - 0.5 * beta * x.rho.square())
+    pen = (beta * x.rho).abs().detach()
+    total = float((pen + x.adv.abs())[x.mask].sum())
+    share = float(pen[x.mask].sum()) / total if total > 0 else 0.0
+    return x.zero_off_mask(loss), ratio_metrics(x) | {"dro/penalty_grad_frac": share}

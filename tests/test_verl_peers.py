@@ -1,0 +1,117 @@
+"""The engines' losses lmpo ships (SAPO, GPG, DRO, GMPO, Clip-Cov, KL-Cov) against verl
+0.9.1's own functions on random float64 inputs: values and gradients, in every aggregation
+mode verl accepts for each (verl's sapo and geo_mean ignore loss_agg_mode: their hard-coded
+aggregation is compared), rtol 1e-10 (runs in the verl environment: make test-verl)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+verl = pytest.importorskip("verl", reason="verl not installed: run `make test-verl`")
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
+
+from lmpo.integrations import verl as lmpo_verl  # noqa: E402
+from lmpo.losses import AGG_MODES, aggregate, default_aggregation, get_loss  # noqa: E402
+from tests.test_verl import actor_config, batch  # noqa: E402
+
+RTOL = 1e-10
+
+
+def full_batch(seed):
+    """`batch` without its empty row (geo_mean's hard-coded mean counts empty rows)."""
+    logp, old, adv, mask = batch(seed)
+    mask[0, :4] = 1.0
+    return logp, old, adv, mask
+
+
+# lmpo name, lmpo hparams, verl config keywords, whether verl honours loss_agg_mode
+CASES = [
+    ("sapo", {}, {}, False),
+    ("sapo", {"tau_pos": 2.0, "tau_neg": 3.5}, {"tau_pos": 2.0, "tau_neg": 3.5}, False),
+    ("gpg", {}, {}, True),
+    ("dro", {"beta": 0.3}, {"policy_loss": PolicyLossConfig(dro_beta=0.3)}, True),
+    ("geo_mean", {}, {"clip_ratio": 0.2}, False),
+    ("geo_mean", {"eps_low": 0.05, "eps_high": 0.3},
+     {"clip_ratio_low": 0.05, "clip_ratio_high": 0.3}, False),
+    ("clip_cov", {}, {"clip_ratio": 0.2, "policy_loss": PolicyLossConfig()}, True),
+    ("clip_cov", {"clip_cov_ratio": 0.3, "clip_cov_lb": 0.05, "clip_cov_ub": 2.0,
+                  "eps_low": 0.1, "eps_high": 0.28},
+     {"clip_ratio_low": 0.1, "clip_ratio_high": 0.28,
+      "policy_loss": PolicyLossConfig(clip_cov_ratio=0.3, clip_cov_lb=0.05, clip_cov_ub=2.0)},
+     True),
+    ("kl_cov", {}, {"policy_loss": PolicyLossConfig()}, True),
+    ("kl_cov", {"kl_cov_ratio": 0.2, "ppo_kl_coef": 0.5},
+     {"policy_loss": PolicyLossConfig(kl_cov_ratio=0.2, ppo_kl_coef=0.5)}, True),
+]
+
+
+def both(name, hp, cfg_kw, mode, honours, seed):
+    """(lmpo's loss, lmpo's grad, verl's loss, verl's grad); both draw from torch's global
+    generator from the same state (Clip-Cov's random selection)."""
+    logp, old, adv, mask = full_batch(seed)
+    lp_a = logp.clone().requires_grad_(True)
+    torch.manual_seed(seed)
+    tok, _ = get_loss(name, **hp)(lp_a, old, adv, mask)
+    ours = aggregate(tok, mask, mode if honours else default_aggregation(name))
+    lp_b = logp.clone().requires_grad_(True)
+    torch.manual_seed(seed)
+    fn = core_algos.get_policy_loss_fn(name)
+    theirs = fn(old_log_prob=old, log_prob=lp_b, advantages=adv, response_mask=mask,
+                loss_agg_mode=mode, config=actor_config(**cfg_kw))[0]
+    (ga,) = torch.autograd.grad(ours, lp_a)
+    (gb,) = torch.autograd.grad(theirs, lp_b)
+    return ours, ga, theirs, gb
+
+
+@pytest.mark.parametrize("mode", list(AGG_MODES))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{len(c[1])}")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_peer_losses_equal_verl(case, mode, seed):
+    name, hp, cfg_kw, honours = case
+    ours, ga, theirs, gb = both(name, hp, cfg_kw, mode, honours, seed)
+    used = mode if honours else default_aggregation(name)
+    rtol = 2e-8 if used == "seq-mean-token-mean" else RTOL  # verl's + 1e-8 (docs/decisions.md)
+    torch.testing.assert_close(ours, theirs, rtol=rtol, atol=1e-14)
+    torch.testing.assert_close(ga, gb, rtol=rtol, atol=1e-14)
+
+
+def test_clip_cov_selects_tokens_at_random_like_verl():
+    """Under the defaults most candidates go unselected, so the draw decides the loss: equal
+    from the same generator state, different from another."""
+    hp = {"clip_cov_ratio": 0.05, "clip_cov_lb": -1.0, "clip_cov_ub": 1.0}
+    cfg = {"clip_ratio": 0.2, "policy_loss": PolicyLossConfig(
+        clip_cov_ratio=0.05, clip_cov_lb=-1.0, clip_cov_ub=1.0)}
+    values = set()
+    for seed in range(6):
+        ours, _, theirs, _ = both("clip_cov", hp, cfg, "token-sum", True, 0)
+        torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=1e-14)
+        logp, old, adv, mask = full_batch(0)
+        torch.manual_seed(seed)
+        values.add(round(float(aggregate(get_loss("clip_cov", **hp)(logp, old, adv, mask)[0],
+                                         mask, "token-sum")), 12))
+    assert len(values) > 1
+
+
+def test_geo_mean_with_an_empty_row_differs_by_the_documented_factor():
+    logp, old, adv, mask = batch(4)  # row 0 empty
+    tok, _ = get_loss("geo_mean")(logp, old, adv, mask)
+    ours = aggregate(tok, mask, "seq-mean-token-sum")
+    theirs = core_algos.get_policy_loss_fn("geo_mean")(
+        old, logp, adv, mask, "token-mean", actor_config(clip_ratio=0.2))[0]
+    rows = mask.shape[0]
+    nonempty = int((mask.sum(-1) > 0).sum())
+    torch.testing.assert_close(ours * nonempty / rows, theirs, rtol=RTOL, atol=1e-14)
+
+
+def test_the_plugin_reads_each_losss_verl_settings():
+    cfg = actor_config(tau_pos=2.0, tau_neg=3.0, clip_ratio=0.2, policy_loss=PolicyLossConfig(
+        dro_beta=0.4, clip_cov_ratio=0.01, clip_cov_lb=0.5, clip_cov_ub=4.0, kl_cov_ratio=0.03,
+        ppo_kl_coef=0.7))
+    assert lmpo_verl.resolve_hparams("sapo", cfg) == {"tau_pos": 2.0, "tau_neg": 3.0}
+    assert lmpo_verl.resolve_hparams("dro", cfg) == {"beta": 0.4}
+    assert lmpo_verl.resolve_hparams("clip_cov", cfg) == {
+        "eps_low": 0.2, "eps_high": 0.2, "clip_cov_ratio": 0.01, "clip_cov_lb": 0.5,
+        "clip_cov_ub": 4.0}
+    assert lmpo_verl.resolve_hparams("kl_cov", cfg) == {"kl_cov_ratio": 0.03, "ppo_kl_coef": 0.7}
