@@ -64,7 +64,7 @@ def read_at(points: list[tuple], level: float) -> float:
     """y where the curve first reaches x >= level (NaN if it never does)."""
     if points and points[0][1] >= level:
         return points[0][2]
-    for (_, x0, y0), (_, x1, y1) in zip(points, points[1:]):
+    for (_, x0, y0), (_, x1, y1) in zip(points, points[1:], strict=False):
         if x1 >= level:
             if x1 == x0:
                 return y1

@@ -36,7 +36,8 @@ from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
-RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier")  # a resumed sweep keeps these
+# a resumed sweep keeps these
+RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier")
 PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
 NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
 
