@@ -122,7 +122,9 @@ def one_step(kind, name, part) -> None:
         assert torch.isfinite(adv).all() and torch.isfinite(returns).all()
     elif kind == "advantage":
         scores = (torch.rand(8, generator=g) < 0.5).float()
-        adv, _ = part(scores, torch.arange(8) // 4, clusters=["a"] * 4 + ["b"] * 4)
+        extra = {"lengths": torch.arange(8.0) % 3 + 1} if ADVANTAGES.meta(name)["wants_lengths"] \
+            else {}
+        adv, _ = part(scores, torch.arange(8) // 4, clusters=["a"] * 4 + ["b"] * 4, **extra)
         assert torch.isfinite(adv).all()
     else:
         part.begin_batch(4)

@@ -5,6 +5,7 @@ aggregation is compared), rtol 1e-10 (runs in the verl environment: make test-ve
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -115,3 +116,40 @@ def test_the_plugin_reads_each_losss_verl_settings():
         "eps_low": 0.2, "eps_high": 0.2, "clip_cov_ratio": 0.01, "clip_cov_lb": 0.5,
         "clip_cov_ub": 4.0}
     assert lmpo_verl.resolve_hparams("kl_cov", cfg) == {"kl_cov_ratio": 0.03, "ppo_kl_coef": 0.7}
+
+
+# ---------------------------------------------------------------- estimators
+def outcome_batch(seed, b=12, t=7, group=4, binary=False):
+    """Outcome rewards at each response's last token, groups of `group` in batch order."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    mask = (torch.arange(t)[None] < lengths[:, None]).to(torch.float64)
+    scores = (torch.rand(b, generator=g) < 0.5).double() if binary else \
+        torch.randn(b, generator=g, dtype=torch.float64)
+    rewards = torch.zeros(b, t, dtype=torch.float64)
+    rewards[torch.arange(b), lengths - 1] = scores
+    index = np.array([f"uid{i // group}" for i in range(b)], dtype=object)
+    return rewards, mask, index
+
+
+ESTIMATORS = [("reinforce_plus_plus", {}), ("reinforce_plus_plus_baseline", {}), ("opo", {}),
+              ("gpg", {}), ("grpo_passk", {"norm_adv_by_std_in_grpo": True}),
+              ("grpo_passk", {"norm_adv_by_std_in_grpo": False})]
+
+
+@pytest.mark.parametrize("name, algo", ESTIMATORS, ids=lambda x: str(x))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("binary", [False, True])
+def test_peer_estimators_equal_verl(name, algo, seed, binary):
+    """verl's function and lmpo's (through the plugin, which reads verl's algorithm config)
+    on the same outcome rewards, groups of one included for the baseline estimators."""
+    from verl.trainer.config import AlgoConfig
+
+    rewards, mask, index = outcome_batch(seed, binary=binary)
+    if name != "grpo_passk":
+        index[-1] = "alone"  # a group of one
+    config = AlgoConfig(**algo)
+    theirs, _ = core_algos.get_adv_estimator_fn(name)(
+        token_level_rewards=rewards.clone(), response_mask=mask, index=index, config=config)
+    ours, _ = lmpo_verl.make_adv_estimator(name)(rewards.clone(), mask, index, config=config)
+    torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=1e-12)

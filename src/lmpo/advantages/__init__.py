@@ -43,6 +43,17 @@ def advantage_meta(name: str) -> dict:
     return ADVANTAGES.meta(name)
 
 
+def estimator_peer_hparams(name: str, peer: str, lookup) -> dict:
+    """Hyper-parameters of estimator `name` from a peer engine's settings (registry metadata
+    `peer_keys[peer]`: {hyper-parameter: peer key}), where `lookup(key)` is not None."""
+    out = {}
+    for hparam, key in advantage_meta(name).get("peer_keys", {}).get(peer, {}).items():
+        value = lookup(key)
+        if value is not None:
+            out[hparam] = value
+    return out
+
+
 def group_estimators() -> list[str]:
     """The critic-free estimators: `est(scores [B], group_ids [B]) -> (adv [B], metrics)`."""
     return [n for n in list_advantages() if not advantage_meta(n)["needs_critic"]]

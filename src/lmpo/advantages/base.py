@@ -11,7 +11,7 @@ from lmpo.registry import Registry
 
 DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it names none
 ADVANTAGES = Registry("advantage estimator", defaults={
-    "needs_critic": False, "wants_clusters": False, "diagnostics": (), "engagement": None,
+    "needs_critic": False, "wants_clusters": False, "wants_lengths": False, "peer_keys": {}, "diagnostics": (), "engagement": None,
     "preset_keys": (), "title": "", "source": "", "summary": ""})
 
 
@@ -41,6 +41,7 @@ class Groups:
     mean: torch.Tensor  # [Q]
     std: torch.Tensor  # [Q] unbiased (ddof=1); 0 for a group of one
     scores: torch.Tensor  # [B] float64
+    lengths: torch.Tensor | None = None  # [B] float64 response tokens (wants_lengths)
 
     @property
     def zero_std_frac(self) -> float:
@@ -113,12 +114,19 @@ class Estimator:
     `est(scores [B], group_ids [B], *, clusters=None) -> (adv [B], metrics)`.
 
     `clusters` (one name per sample) only adds per-cluster metrics here; estimators
-    registered with `wants_clusters=True` (EBPO) may also use it."""
+    registered with `wants_clusters=True` (EBPO) may also use it. Estimators registered
+    with `wants_lengths=True` (OPO, REINFORCE++'s token whitening) get `lengths` [B], each
+    response's token count; callers pass it only to them."""
 
     def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor, *,
-                 clusters: list[str] | None = None):
+                 clusters: list[str] | None = None, lengths: torch.Tensor | None = None):
         check_scores(scores, group_ids)
         groups = group_stats(scores, group_ids)
+        if lengths is not None:
+            if lengths.shape != scores.shape:
+                raise ValueError(f"lengths shape {tuple(lengths.shape)} must equal scores "
+                                 f"shape {tuple(scores.shape)}")
+            groups.lengths = lengths.detach().to(torch.float64)
         adv = self.compute(groups)
         return adv.to(scores.dtype if scores.is_floating_point() else torch.float32), summary(
             adv, groups, clusters

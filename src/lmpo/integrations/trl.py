@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from trl import GRPOTrainer
 
-from lmpo.advantages import get_advantage
+from lmpo.advantages import advantage_meta, get_advantage
 from lmpo.losses import (
     AGG_MODES,
     aggregate,
@@ -46,6 +46,8 @@ class LmpoGRPOTrainer(GRPOTrainer):
         self.lmpo_agg = lmpo_agg
         self.lmpo_estimator = (get_advantage(lmpo_advantage, **(lmpo_advantage_hparams or {}))
                                if lmpo_advantage else None)
+        self._lmpo_wants_lengths = bool(lmpo_advantage) and \
+            advantage_meta(lmpo_advantage)["wants_lengths"]
         self._lmpo_rewards = None
         beta = getattr(args_, "beta", 0.0)
         if ref_model is not None and args_ is not None:
@@ -80,7 +82,13 @@ class LmpoGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = torch.arange(len(rewards)) // group
-        adv, metrics = self.lmpo_estimator(rewards, group_ids)
+        extra = {}
+        if self._lmpo_wants_lengths:  # response lengths of every sample the rewards cover
+            if self.accelerator.num_processes > 1:
+                raise ValueError("an lmpo estimator that needs response lengths (OPO, "
+                                 "REINFORCE++) runs in one TRL process only")
+            extra["lengths"] = output["completion_mask"].sum(-1).double().cpu()
+        adv, metrics = self.lmpo_estimator(rewards, group_ids, **extra)
         n_local = len(output["advantages"])
         start = self.accelerator.process_index * n_local
         output["advantages"] = adv[start:start + n_local].to(output["advantages"])

@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmpo.advantages import get_advantage, group_estimators
+from lmpo.advantages import (
+    advantage_meta,
+    estimator_peer_hparams,
+    get_advantage,
+    group_estimators,
+)
 from lmpo.losses import get_loss, list_losses, loss_meta, peer_hparams
 
 PREFIX = "lmpo_"
@@ -75,23 +80,29 @@ def make_policy_loss(name: str):
     return policy_loss
 
 
-def estimator_instance(name: str):
-    """The driver-process instance of estimator `name` (stateful for EBPO)."""
-    if name not in _ESTIMATORS:
-        _ESTIMATORS[name] = get_advantage(name)
-    return _ESTIMATORS[name]
+def estimator_instance(name: str, hparams: dict | None = None):
+    """The driver-process instance of estimator `name` with `hparams` (stateful for EBPO)."""
+    hparams = dict(hparams or {})
+    if name not in _ESTIMATORS or _ESTIMATORS[name][0] != hparams:
+        _ESTIMATORS[name] = (hparams, get_advantage(name, **hparams))
+    return _ESTIMATORS[name][1]
 
 
 def make_adv_estimator(name: str):
-    """verl-signature wrapper: outcome scores -> lmpo estimator -> per-token advantages."""
+    """verl-signature wrapper: outcome scores -> lmpo estimator -> per-token advantages.
+    The estimator's verl settings (`peer_keys["verl"]`, e.g. grpo_passk's
+    norm_adv_by_std_in_grpo) come from verl's algorithm config."""
 
     def adv_estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                       index: np.ndarray, epsilon: float = 1e-6, config=None, **kwargs):
         scores = token_level_rewards.sum(dim=-1)
         _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
-        est = estimator_instance(name)
+        hparams = estimator_peer_hparams(name, "verl", lambda key: _get(config, key))
+        est = estimator_instance(name, hparams)
+        extra = {"lengths": response_mask.sum(-1)} if advantage_meta(name)["wants_lengths"] \
+            else {}
         with torch.no_grad():
-            adv, _ = est(scores, torch.as_tensor(group_ids, dtype=torch.long))
+            adv, _ = est(scores, torch.as_tensor(group_ids, dtype=torch.long), **extra)
         adv = adv.to(token_level_rewards.dtype)[:, None] * response_mask
         return adv, adv
 
@@ -101,7 +112,7 @@ def make_adv_estimator(name: str):
 
 def estimator_state() -> dict:
     """State of the driver's stateful estimators, to save next to a verl checkpoint."""
-    return {name: est.state_dict() for name, est in _ESTIMATORS.items()}
+    return {name: est.state_dict() for name, (_, est) in _ESTIMATORS.items()}
 
 
 def load_estimator_state(state: dict) -> None:

@@ -36,7 +36,9 @@ def critic_advantages(state, batch, scored, cfg) -> dict:
 def group_advantages(state, batch, scored, cfg) -> dict:
     b, t = batch.resp_ids.shape
     tiers = [p.cluster for p in scored.problems]
-    seq_adv, metrics = state.estimator(scored.scores, scored.group_ids, clusters=tiers)
+    extra = {"lengths": scored.rollout.response_mask.sum(-1)} \
+        if advantage_meta(cfg.advantage.name)["wants_lengths"] else {}
+    seq_adv, metrics = state.estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
     batch.adv = seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
     return metrics | token_zero_frac(seq_adv, scored.rollout.response_mask, tiers)
 
