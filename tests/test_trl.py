@@ -86,3 +86,51 @@ def test_grpo_configs_clip_settings_reach_the_losses_that_declare_them(tmp_path)
     assert t.lmpo_loss_hparams == {"eps_low": 0.3, "eps_high": 0.1}
     t = make_trainer(tmp_path, lmpo_loss="gspo", args_kw={"epsilon_high": 0.28})
     assert t.lmpo_loss_hparams == {}
+
+
+def fixed_inputs(trainer, seed=0, b=16, p=5, t=12):
+    """A batch with an old policy that differs from the current one (ratios away from 1)."""
+    g = torch.Generator().manual_seed(seed)
+    inputs = {
+        "prompt_ids": torch.randint(4, 80, (b, p), generator=g),
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": torch.randint(4, 80, (b, t), generator=g),
+        "completion_mask": (torch.rand(b, t, generator=g) < 0.8).long(),
+        "advantages": torch.randn(b, generator=g),
+    }
+    inputs["completion_mask"][:, 0] = 1  # no empty completion (TRL's means count them)
+    # as if the generation batch held three such micro-batches: "dapo"'s normaliser (the
+    # generation batch's tokens) then differs from "bnpo"'s (this micro-batch's)
+    inputs["num_items_in_batch"] = 3 * inputs["completion_mask"].sum().float()
+    with torch.no_grad():
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), t)
+    inputs["old_per_token_logps"] = logp + 0.3 * torch.randn(b, t, generator=g)
+    return inputs
+
+
+# TRL loss_type, lmpo loss, GRPOConfig settings (each loss reads its own from them)
+TRL_TYPES = [("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3}),
+             ("sapo", "sapo", {"sapo_temperature_pos": 1.5, "sapo_temperature_neg": 2.5}),
+             ("luspo", "luspo", {"importance_sampling_level": "sequence", "epsilon": 0.05,
+                                 "epsilon_high": 0.08}),
+             ("vespo", "vespo", {"vespo_k_pos": 1.5, "vespo_lambda_pos": 2.0})]
+
+
+@pytest.mark.parametrize("loss_type, loss, args_kw", TRL_TYPES, ids=lambda x: str(x)[:12])
+def test_trl_loss_types_equal_trls_own_loss(tmp_path, loss_type, loss, args_kw):
+    """lmpo's loss through LmpoGRPOTrainer (its default aggregation, TRL's settings read
+    from GRPOConfig) against GRPOTrainer's own computation of that loss_type."""
+    trainer = make_trainer(tmp_path, loss_type=loss_type, lmpo_loss=loss, args_kw=args_kw)
+    inputs = fixed_inputs(trainer)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    ours = trainer._compute_loss(trainer.model, inputs)
+    theirs = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+    (g_ours,) = torch.autograd.grad(trainer._compute_loss(trainer.model, inputs),
+                                    next(trainer.model.parameters()))
+    (g_theirs,) = torch.autograd.grad(GRPOTrainer._compute_loss(trainer, trainer.model, inputs),
+                                      next(trainer.model.parameters()))
+    torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-7)

@@ -101,3 +101,27 @@ def kl_cov(lps, olps, advs, mask, *, kl_cov_ratio=0.0002, ppo_kl_coef=0.1):
             grad += ppo_kl_coef * math.copysign(1.0, rho)
         out[i][j] = (value, grad)
     return out
+
+
+@reference("vespo", rows=True, cases=[{}, {"k_pos": 1.0, "lambda_pos": 0.5, "k_neg": 4.0,
+                                          "lambda_neg": 6.0}])
+def vespo(lps, olps, advs, mask, *, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0):
+    out = []
+    for lp_row, olp_row, a_row, m_row in zip(lps, olps, advs, mask, strict=True):
+        log_w = sum(max(-20.0, min(20.0, lp - olp))
+                    for lp, olp, m in zip(lp_row, olp_row, m_row, strict=True) if m)
+        log_w = max(math.log(1e-8), min(20.0, log_w))
+        row = []
+        for lp, a, m in zip(lp_row, a_row, m_row, strict=True):
+            if not m:
+                row.append((0.0, 0.0))
+                continue
+            k, lam = (k_pos, lambda_pos) if a >= 0 else (k_neg, lambda_neg)
+            lam = max(lam, 1e-4)
+            try:
+                phi = math.exp(lam + k * log_w - lam * math.exp(log_w))
+            except OverflowError:
+                phi = 0.0
+            row.append((-phi * a * lp, -phi * a))
+        out.append(row)
+    return out

@@ -58,3 +58,15 @@ def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_
             row.append((value, grad))
         out.append(row)
     return out
+
+
+@reference("luspo", rows=True, cases=[{}, {"eps_low": 0.2, "eps_high": 0.28}])
+def luspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4):
+    """LUSPO's per-token loss is GSPO's (it differs in the aggregation)."""
+    return gspo_rows(lps, olps, advs, mask, eps_low=eps_low, eps_high=eps_high)
+
+
+@reference("bnpo", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}])
+def bnpo(lp, olp, a, *, eps_low=0.2, eps_high=0.2):
+    """BNPO's per-token loss is PPO-clip's (it differs in TRL's normaliser)."""
+    return ppo_clip(lp, olp, a, eps_low=eps_low, eps_high=eps_high)

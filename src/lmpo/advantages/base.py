@@ -11,7 +11,8 @@ from lmpo.registry import Registry
 
 DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it names none
 ADVANTAGES = Registry("advantage estimator", defaults={
-    "needs_critic": False, "wants_clusters": False, "wants_lengths": False, "peer_keys": {}, "diagnostics": (), "engagement": None,
+    "needs_critic": False, "wants_clusters": False, "wants_lengths": False, "peer_keys": {},
+    "diagnostics": (), "engagement": None,
     "preset_keys": (), "title": "", "source": "", "summary": ""})
 
 

@@ -25,6 +25,7 @@ from lmpo.losses import (
     default_aggregation,
     get_loss,
     kl_penalty,
+    loss_meta,
     peer_hparams,
 )
 
@@ -39,6 +40,7 @@ class LmpoGRPOTrainer(GRPOTrainer):
         hparams = peer_hparams(lmpo_loss, "trl", lambda key: getattr(args_, key, None)) \
             | dict(lmpo_loss_hparams or {})
         self.lmpo_loss_fn = get_loss(lmpo_loss, **hparams)
+        self.lmpo_loss = lmpo_loss
         self.lmpo_loss_hparams = hparams
         lmpo_agg = lmpo_agg or default_aggregation(lmpo_loss)  # the method's own, by default
         if lmpo_agg not in AGG_MODES:
@@ -114,7 +116,9 @@ class LmpoGRPOTrainer(GRPOTrainer):
             loss_tok = loss_tok + self.beta * kl_penalty(logp, inputs["ref_per_token_logps"], "k3")
         mode = "train" if self.model.training else "eval"
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        if self.lmpo_agg in ("token-mean", "token-sum"):
+        if self.lmpo_agg == "token-mean" and loss_meta(self.lmpo_loss)["batch_token_mean"]:
+            loss = aggregate(loss_tok, mask, "token-mean") / accum  # TRL's "bnpo"
+        elif self.lmpo_agg in ("token-mean", "token-sum"):
             # TRL's "dapo" normaliser: tokens of the whole generation batch, per accumulation window
             tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
@@ -127,5 +131,6 @@ class LmpoGRPOTrainer(GRPOTrainer):
         for key, value in metrics.items():
             self._metrics[mode][f"lmpo/{key}"].append(value)
         m = mask.bool()
-        self._metrics[mode]["entropy"].append(float(entropies[m].mean()) if m.any() else 0.0)
+        self._metrics[mode]["entropy"].append(float(entropies[m].detach().mean()) if m.any()
+                                              else 0.0)
         return loss

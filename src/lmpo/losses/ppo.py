@@ -89,6 +89,40 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
     return x.zero_off_mask(loss), metrics
 
 
+@LOSSES.register("bnpo", default_agg="token-mean", batch_token_mean=True,
+                 diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
+                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 peer_keys={"trl": TRL_CLIP}, domains=CLIP,
+                 title="BNPO (TRL's batch-normalised PPO)",
+                 source="TRL GRPOTrainer loss_type bnpo",
+                 summary="PPO-clip averaged over the tokens of the local batch (each "
+                         "micro-batch by its own token count)")
+def bnpo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
+    """TRL's loss_type "bnpo": PPO-clip's per-token loss (`ppo_clip`, no dual clip), averaged
+    over the valid tokens of the batch it is computed on, (sum L) / (sum mask), then divided
+    by the gradient-accumulation steps. It differs from "dapo" only in that normaliser (the
+    local micro-batch's tokens, not the generation batch's): registry metadata
+    `batch_token_mean` makes the TRL adapter use it. In lmpo's own trainer token-mean is
+    already over the optimiser minibatch's tokens, so there bnpo equals ppo_clip."""
+    return ppo_clip(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
+
+
+@LOSSES.register("luspo", default_agg="seq-mean-token-sum", diagnostics=("loss/clipfrac",),
+                 acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
+                 peer_keys={"trl": TRL_CLIP}, domains=CLIP, title="LUSPO",
+                 source="arXiv 2602.05261",
+                 summary="GSPO's sequence-ratio clip with each sequence's loss scaled by its "
+                         "length (token sum, mean over sequences)")
+def luspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
+    """LUSPO (TRL's loss_type "luspo", importance_sampling_level "sequence"): GSPO's clipped
+    sequence-ratio surrogate, aggregated as the sum over each sequence's tokens and the
+    mean over sequences (`seq-mean-token-sum`, the default), so that a sequence weighs by
+    its length. The per-token loss is GSPO's (`gspo`, no dual clip); TRL takes the clip
+    from GRPOConfig's epsilon / epsilon_high (0.2 unless set), the defaults here are
+    GSPO's. TRL averages over every row, an empty one included; lmpo over rows with a token."""
+    return gspo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
+
+
 @LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),
                  peer_keys={"verl": VERL_CLIP}, domains=CLIP, title="CISPO",
                  source="arXiv 2506.13585",

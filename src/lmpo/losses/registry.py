@@ -18,6 +18,8 @@ docs and adapters so that none of them names a loss:
 - `acts_without_advantage`: True for a loss with a term that acts on every token whatever
   its advantage (DRO's quadratic penalty, KL-Cov's |rho|): zero advantage is inert only
   at rho = 0 (the property tests check that instead).
+- `batch_token_mean`: the TRL adapter normalises token-mean by the micro-batch's own tokens
+  (TRL's "bnpo"), not by the generation batch's (TRL's "dapo").
 - `domains`: {hyper-parameter: domain spec} (`lmpo.domains`), checked when the loss is
   built; every hyper-parameter needs one (a test fails otherwise).
 """
@@ -29,6 +31,7 @@ LOSSES = Registry("loss", defaults={
     "acts": None, "engagement": None,
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
+    "batch_token_mean": False,
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
