@@ -29,8 +29,8 @@ def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
                  domains=CLIP | {"clip_cov_ratio": "(0, 1]", "clip_cov_lb": "real",
                                  "clip_cov_ub": "real"},
                  title="Clip-Cov", source="arXiv 2505.22617",
-                 summary="PPO-clip that also detaches a random few tokens whose centred "
-                         "A x log pi covariance lies in [lb, ub]")
+                 summary="PPO-clip that also drops a random few tokens whose centred "
+                         "A x log pi covariance lies in (lb, ub)")
 def clip_cov(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_cov_ratio=0.0002,
              clip_cov_lb=1.0, clip_cov_ub=5.0):
     """PPO-clip, L = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)), times 0 on the selected
