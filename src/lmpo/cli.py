@@ -87,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also print the claims as rows of the README's Results table, "
                          "with PAPER in the first column")
 
+    ex = sub.add_parser("export-data", help="a task as verl data: train/test parquet in "
+                                            "verl's schema and a reward-function file")
+    ex.add_argument("--config", help="a train preset or YAML whose task, tiers, pool and "
+                                     "held-out set to export (default: lmpo's defaults)")
+    ex.add_argument("--task", help="the task (overrides the config's)")
+    ex.add_argument("--out", required=True, help="an empty or new folder")
+    ex.add_argument("--system-prompt", help="a system turn before each problem")
+    ex.add_argument("overrides", nargs="*", metavar="key=value")
+
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
 
     me = sub.add_parser("methods", help="every registered loss, estimator and rollout "
@@ -248,6 +257,21 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_export_data(args) -> int:
+    from lmpo.config import load_config
+    from lmpo.integrations.verl_data import export_verl_data
+    from lmpo.trainer.train_config import TrainConfig
+
+    overrides = list(args.overrides) + ([f"task={args.task}"] if args.task else [])
+    cfg = load_config(TrainConfig, args.config, overrides)
+    counts = export_verl_data(cfg, args.out, system_prompt=args.system_prompt)
+    out = Path(args.out)
+    print(f"{cfg.task}: {counts['train']} training and {counts['test']} held-out problems in "
+          f"{out}/train.parquet, {out}/test.parquet; reward function {out}/reward.py "
+          "(reward.custom_reward_function.name=compute_score)")
+    return 0
+
+
 def cmd_eval(args) -> int:
     import torch
     from rich.console import Console
@@ -301,6 +325,7 @@ def cmd_eval(args) -> int:
 
 COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets,
+            "export-data": cmd_export_data,
             "methods": cmd_methods}
 
 

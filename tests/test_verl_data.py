@@ -1,0 +1,29 @@
+"""`lmpo export-data` output read by verl itself: its parquet through verl's RLHFDataset
+columns and its reward file through verl's own custom-reward loader (make test-verl)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+verl = pytest.importorskip("verl", reason="verl not installed: run `make test-verl`")
+from omegaconf import OmegaConf  # noqa: E402
+from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
+
+from lmpo.cli import main  # noqa: E402
+
+
+def test_verls_loader_calls_the_exported_reward_with_verls_arguments(tmp_path):
+    out = tmp_path / "data"
+    assert main(["export-data", "--config", "grpo", "--out", str(out), "rollout.pool_size=16",
+                 "log.eval_per_tier=4"]) == 0
+    cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": str(out / "reward.py"), "name": "compute_score", "reward_kwargs": {}}}})
+    fn = get_custom_reward_fn(cfg)
+    for row in pq.read_table(out / "test.parquet").to_pylist():
+        gold = row["reward_model"]["ground_truth"]
+        extra = dict(row["extra_info"], num_turns=None, rollout_reward_scores={})
+        assert fn(data_source=row["data_source"], solution_str=f"#{gold}", ground_truth=gold,
+                  extra_info=extra) == 1.0
+        assert fn(data_source=row["data_source"], solution_str="no answer", ground_truth=gold,
+                  extra_info=extra) == 0.0
