@@ -61,7 +61,7 @@ $(TRL_VENV)/.installed-stamp: pyproject.toml
 	touch $@
 
 test-verl: $(VERL_VENV)/.installed-stamp
-	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py)
+	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py)
 
 test-trl: $(TRL_VENV)/.installed-stamp
 	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py)

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="runs at once; each gets cores / jobs torch threads")
     cp.add_argument("--list", action="store_true",
                     help="print each run's command line (for Slurm, Ray, ...) and exit")
+    cp.add_argument("--engine", choices=("lmpo", "verl"), default="lmpo",
+                    help="verl: print (and write to OUT/verl.sh) a verl launch command per "
+                         "arm x seed with every matched setting mapped, and the arms verl "
+                         "cannot express with the setting named; runs nothing")
+    cp.add_argument("--strict", action="store_true",
+                    help="with --engine verl: any refused arm is an error")
 
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")
@@ -91,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "verl's schema and a reward-function file")
     ex.add_argument("--config", help="a train preset or YAML whose task, tiers, pool and "
                                      "held-out set to export (default: lmpo's defaults)")
+    ex.add_argument("--experiment", help="instead of --config: an experiment file, with "
+                                         "--arm and --seed (as `compare --engine verl` prints)")
+    ex.add_argument("--arm", help="with --experiment: the arm whose config to export")
+    ex.add_argument("--seed", type=int, default=0, help="with --experiment: the run's seed")
     ex.add_argument("--task", help="the task (overrides the config's)")
     ex.add_argument("--out", required=True, help="an empty or new folder")
     ex.add_argument("--system-prompt", help="a system turn before each problem")
@@ -119,7 +129,27 @@ def cmd_compare(args) -> int:
         if args.steps < 1:
             raise ConfigError(f"--steps must be >= 1, got {args.steps}")
         exp.steps = args.steps
+    if args.engine == "verl":
+        return verl_commands(exp, args)
     return compare(exp, args.out, jobs=args.jobs, list_only=args.list)
+
+
+def verl_commands(exp, args) -> int:
+    from lmpo.experiments.verl_launch import verl_lines
+
+    lines, launched, refused = verl_lines(exp, args.config)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
+              "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
+    (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
+    print("\n".join(lines))
+    print(f"{launched} run(s) mapped, {refused} refused; written to {out / 'verl.sh'}",
+          file=sys.stderr)
+    if launched == 0:
+        print("lmpo compare: error: no arm maps to verl", file=sys.stderr)
+        return 1
+    return 1 if args.strict and refused else 0
 
 
 def cmd_report(args) -> int:
@@ -263,8 +293,18 @@ def cmd_export_data(args) -> int:
     from lmpo.trainer.train_config import TrainConfig
 
     overrides = list(args.overrides) + ([f"task={args.task}"] if args.task else [])
-    cfg = load_config(TrainConfig, args.config, overrides)
-    counts = export_verl_data(cfg, args.out, system_prompt=args.system_prompt)
+    if args.experiment:
+        from lmpo.experiments.spec import arm_config, load_experiment
+
+        if args.config or not args.arm:
+            raise ConfigError("--experiment takes --arm (and --seed), not --config")
+        exp = load_experiment(args.experiment)
+        cfg = arm_config(exp, exp.arm(args.arm), args.seed)
+        if overrides:
+            raise ConfigError("--experiment exports the arm's config as it is: no overrides")
+    else:
+        cfg = load_config(TrainConfig, args.config, overrides)
+    counts = export_verl_data(cfg, args.out, system_prompt=args.system_prompt or cfg.system_prompt)
     out = Path(args.out)
     print(f"{cfg.task}: {counts['train']} training and {counts['test']} held-out problems in "
           f"{out}/train.parquet, {out}/test.parquet; reward function {out}/reward.py "

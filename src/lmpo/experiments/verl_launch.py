@@ -1,0 +1,219 @@
+"""An experiment's arms as verl launch commands (`lmpo compare --engine verl`).
+
+For each arm x seed, `python -m verl.trainer.main_ppo` with Hydra overrides that set every
+matched setting of the arm's resolved lmpo config to what lmpo means by it (`verl_settings`:
+{verl config key: value}), the lmpo plugin's loss and estimator, the data that
+`lmpo export-data` writes for the arm's task, tiers and seed, and the model path and
+resources as placeholders the user fills ($MODEL_PATH, $GPUS_PER_NODE, $NNODES,
+$MICRO_BATCH, $DATA). A setting verl's main trainer cannot express is a refusal naming
+it; the arm is then listed, not launched. Runs in the core environment: verl need not be installed.
+
+What maps (lmpo -> verl): rollout.batch_size / group_size -> data.train_batch_size
+(prompts) and rollout.n; optim.minibatches -> ppo_mini_batch_size (prompts per optimiser
+step); optim.epochs -> ppo_epochs; lr, warm-up steps, weight decay, grad clip, entropy
+coefficient; the loss (lmpo_<name>, every hyper-parameter through
+policy_loss.hparams, the clip also into verl's clip_ratio_low/high/c) and its
+aggregation; the estimator (lmpo_<name>, equal to verl's own where verl has it; GAE is
+verl's gae with gamma and lam, and its critic's lr and value clip); KL as a loss term
+(use_kl_loss, kl_loss_coef, kl_loss_type) or in the reward (use_kl_in_reward, fixed
+kl_ctrl); dynamic sampling (algorithm.filter_groups on the reward, max_num_gen_batches);
+temperature, response length, LoRA rank and alpha, seeds and steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from lmpo.advantages import advantage_hparams, advantage_meta
+from lmpo.losses import default_aggregation, loss_hparams, loss_meta
+
+LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
+KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # lmpo estimator -> verl's name
+# what the user supplies: the model, the machines, the per-GPU micro-batch (memory), and
+# the rollout engine (verl 0.9 has vLLM and SGLang; vllm is written, change it freely)
+PLACEHOLDERS = {"actor_rollout_ref.model.path": "$MODEL_PATH",
+                "trainer.n_gpus_per_node": "$GPUS_PER_NODE", "trainer.nnodes": "$NNODES",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "$MICRO_BATCH",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "$MICRO_BATCH",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "$MICRO_BATCH",
+                "actor_rollout_ref.rollout.name": "vllm"}
+CRITIC_PLACEHOLDERS = {"critic.model.path": "$MODEL_PATH",
+                       "critic.ppo_micro_batch_size_per_gpu": "$MICRO_BATCH"}
+
+
+@dataclass
+class Launch:
+    arm: str
+    seed: int
+    settings: dict = field(default_factory=dict)  # verl key -> value ("+" where verl lacks it)
+    refused: list[str] = field(default_factory=list)  # "setting=value: why"
+    data: str = ""  # the data folder's name under $DATA
+
+    def command(self) -> str:
+        parts = ["python", "-m", "verl.trainer.main_ppo"]
+        parts += [f"{k}={hydra_value(v)}" for k, v in self.settings.items()]
+        return " ".join(p if p.startswith(("$", "+")) or "$" in p else shlex.quote(p)
+                        for p in parts)
+
+
+def hydra_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    return str(v)
+
+
+def data_key(cfg) -> str:
+    """The folder `lmpo export-data` writes for this config's problems: task, tiers, pool,
+    seed (the pool's draw), held-out size and reward scale decide the rows."""
+    spec = {"task": cfg.task, "params": cfg.task_params, "clusters": cfg.rollout.clusters,
+            "pool": cfg.rollout.pool_size, "seed": cfg.seed, "per_tier": cfg.log.eval_per_tier,
+            "scale": cfg.reward.scale, "system": cfg.system_prompt}
+    digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{cfg.task.replace(':', '_')}-{digest}"
+
+
+def refusals(cfg) -> list[str]:
+    """The settings of `cfg` that verl's main PPO trainer cannot express, each named."""
+    r = cfg.rollout
+    checks = [
+        (cfg.controller.name != "none", f"controller.name={cfg.controller.name}",
+         "verl's rollout has no per-token stopping controller"),
+        (r.sampler != "shuffled", f"rollout.sampler={r.sampler}",
+         "verl's dataloader shuffles; it has no curriculum sampler"),
+        (r.dtype != "float32", f"rollout.dtype={r.dtype}",
+         "lmpo simulates a low-precision sampler; verl's rollout precision is its engine's"),
+        (r.staleness > 0, f"rollout.staleness={r.staleness}",
+         "verl's synchronous trainer samples with the current policy"),
+        (r.correction.kind is not None, f"rollout.correction.kind={r.correction.kind}",
+         "set verl's algorithm.rollout_correction yourself: its modes are not lmpo's names"),
+        (cfg.reward.model is not None, f"reward.model={cfg.reward.model}",
+         "an lmpo reward model is not a verl reward model"),
+        (cfg.reward.fn != "task", f"reward.fn={cfg.reward.fn}",
+         "lmpo export-data writes the task's own reward only"),
+        (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
+         "verl's actor has no NLL term on correct responses"),
+        (r.batch_size // r.group_size % cfg.optim.minibatches != 0,
+         f"optim.minibatches={cfg.optim.minibatches}",
+         "the prompts per batch do not split into that many minibatches"),
+    ]
+    if cfg.actor_critic:
+        checks += [(cfg.critic.init != "random", f"critic.init={cfg.critic.init}",
+                    "verl's critic starts from a randomly initialised value head"),
+                   (not cfg.advantage.hparams.get("whiten", True),
+                    "advantage.hparams.whiten=False", "verl's GAE always whitens")]
+    else:
+        explicit = {k: v for k, v in cfg.advantage.hparams.items()
+                    if advantage_hparams(cfg.advantage.name).get(k) != v}
+        keyed = advantage_meta(cfg.advantage.name).get("peer_keys", {}).get("verl", {})
+        checks += [(k not in keyed, f"advantage.hparams.{k}={v}",
+                    "the plugin's estimator takes verl's settings only")
+                   for k, v in explicit.items()]
+    return [f"{name}: {why}" for bad, name, why in checks if bad]
+
+
+def verl_settings(cfg) -> dict:
+    """{verl key: value} for every setting of `cfg` that maps (see the module docstring)."""
+    r, o = cfg.rollout, cfg.optim
+    prompts = r.batch_size // r.group_size
+    actor = "actor_rollout_ref.actor"
+    s = {"data.train_batch_size": prompts, "actor_rollout_ref.rollout.n": r.group_size,
+         "data.max_response_length": r.max_new_tokens,
+         "actor_rollout_ref.rollout.temperature": r.temperature,
+         f"{actor}.ppo_mini_batch_size": max(prompts // o.minibatches, 1),
+         f"{actor}.ppo_epochs": o.epochs, f"{actor}.optim.lr": o.lr,
+         f"{actor}.optim.lr_warmup_steps": o.warmup_steps,
+         f"{actor}.optim.weight_decay": o.weight_decay, f"{actor}.grad_clip": o.grad_clip,
+         f"{actor}.entropy_coeff": o.entropy_coef,
+         f"{actor}.policy_loss._target_": LOSS_TARGET,
+         f"{actor}.policy_loss.loss_mode": f"lmpo_{cfg.loss.name}",
+         f"{actor}.loss_agg_mode": cfg.loss.agg or default_aggregation(cfg.loss.name)}
+    hparams = loss_hparams(cfg.loss.name) | dict(cfg.loss.hparams)
+    for k, v in hparams.items():
+        if v is not None:
+            s[f"+{actor}.policy_loss.hparams.{k}"] = v
+    clip_keys = loss_meta(cfg.loss.name)["peer_keys"].get("verl", {})
+    for hp, verl_key in (("eps_low", "clip_ratio_low"), ("eps_high", "clip_ratio_high")):
+        if hp in clip_keys and hparams.get(hp) is not None:
+            s[f"{actor}.{verl_key}"] = hparams[hp]
+    if hparams.get("clip_ratio_c") is not None:
+        s[f"{actor}.clip_ratio_c"] = hparams["clip_ratio_c"]
+    s |= advantage_settings(cfg) | kl_settings(cfg)
+    if r.dynamic_sampling:
+        s |= {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward",
+              "algorithm.filter_groups.max_num_gen_batches": r.max_gen_batches}
+    if cfg.lora.r:
+        s |= {"actor_rollout_ref.model.lora_rank": cfg.lora.r,
+              "actor_rollout_ref.model.lora_alpha": cfg.lora.alpha}
+    s |= {"data.seed": cfg.seed, f"{actor}.data_loader_seed": cfg.seed,
+          "actor_rollout_ref.rollout.seed": cfg.seed, "trainer.total_training_steps": cfg.steps}
+    return s
+
+
+def advantage_settings(cfg) -> dict:
+    if not cfg.actor_critic:
+        return {"algorithm.adv_estimator": f"lmpo_{cfg.advantage.name}"}
+    hp = advantage_hparams("gae") | dict(cfg.advantage.hparams)
+    out = {"algorithm.adv_estimator": "gae", "algorithm.gamma": hp["gamma"],
+           "algorithm.lam": hp["lam"], "critic.optim.lr": cfg.critic.lr} | CRITIC_PLACEHOLDERS
+    if cfg.critic.value_clip is not None:
+        out["critic.cliprange_value"] = cfg.critic.value_clip
+    return out
+
+
+def kl_settings(cfg) -> dict:
+    actor = "actor_rollout_ref.actor"
+    if cfg.kl.coef == 0:
+        return {f"{actor}.use_kl_loss": False, "algorithm.use_kl_in_reward": False}
+    kind = KL_KINDS[cfg.kl.kind]
+    if cfg.kl.mode == "loss":
+        return {f"{actor}.use_kl_loss": True, f"{actor}.kl_loss_coef": cfg.kl.coef,
+                f"{actor}.kl_loss_type": kind, "algorithm.use_kl_in_reward": False}
+    return {f"{actor}.use_kl_loss": False, "algorithm.use_kl_in_reward": True,
+            "algorithm.kl_ctrl.type": "fixed", "algorithm.kl_ctrl.kl_coef": cfg.kl.coef,
+            "algorithm.kl_penalty": kind}
+
+
+def launch(exp, arm, seed: int) -> Launch:
+    """The verl launch of one arm x seed (settings, refusals and data folder)."""
+    from lmpo.experiments.spec import arm_config
+
+    cfg = arm_config(exp, arm, seed)
+    key = data_key(cfg)
+    run = Launch(arm.name, seed, refused=refusals(cfg), data=key)
+    run.settings = {"data.train_files": f"$DATA/{key}/train.parquet",
+                    "data.val_files": f"$DATA/{key}/test.parquet",
+                    "reward.custom_reward_function.path": f"$DATA/{key}/reward.py",
+                    "reward.custom_reward_function.name": "compute_score",
+                    **verl_settings(cfg), **PLACEHOLDERS,
+                    "trainer.project_name": exp.name,
+                    "trainer.experiment_name": f"{arm.name}-seed{seed}"}
+    return run
+
+
+def verl_lines(exp, config_path: str) -> tuple[list[str], int, int]:
+    """The lines `lmpo compare --engine verl` prints: one `lmpo export-data` per data folder,
+    one verl command per launchable arm x seed, a comment per refused arm; with the
+    numbers of launched and refused runs."""
+    runs = [launch(exp, arm, seed) for arm in exp.arms for seed in exp.seeds]
+    lines, exported = [], set()
+    for run in runs:
+        if run.refused or run.data in exported:
+            continue
+        exported.add(run.data)
+        lines.append(f"lmpo export-data --experiment {shlex.quote(config_path)} --arm "
+                     f"{shlex.quote(run.arm)} --seed {run.seed} --out $DATA/{run.data}")
+    refused_arms = {}
+    for run in runs:
+        if run.refused:
+            refused_arms.setdefault(run.arm, run.refused)
+        else:
+            lines.append(run.command())
+    for arm, why in refused_arms.items():
+        lines.append(f"# refused: arm {arm}: " + "; ".join(why))
+    launched = sum(not r.refused for r in runs)
+    return lines, launched, len(runs) - launched

@@ -1,0 +1,90 @@
+"""`lmpo compare --engine verl` in the core environment: what lmpo's settings become in
+verl's terms, what is refused and why, and the command's exit codes. (That verl's own
+config accepts every mapped setting is tests/test_verl_launch.py, in verl's environment.)"""
+
+from __future__ import annotations
+
+import yaml
+
+from lmpo.cli import main
+from lmpo.config import load_config
+from lmpo.experiments.verl_launch import refusals, verl_settings
+from lmpo.trainer.train_config import TrainConfig
+
+A = "actor_rollout_ref.actor"
+
+
+def test_the_group_testbed_in_verls_terms():
+    s = verl_settings(load_config(TrainConfig, "dapo", ["seed=7"]))
+    assert s["data.train_batch_size"] == 8 and s["actor_rollout_ref.rollout.n"] == 8
+    assert s[f"{A}.ppo_mini_batch_size"] == 2  # 8 prompts over 4 minibatches
+    assert s[f"{A}.ppo_epochs"] == 1 and s[f"{A}.optim.lr"] == 2e-5
+    assert s[f"{A}.policy_loss.loss_mode"] == "lmpo_ppo_clip"
+    assert s[f"{A}.clip_ratio_high"] == 0.28 == s[f"+{A}.policy_loss.hparams.eps_high"]
+    assert s[f"{A}.loss_agg_mode"] == "token-mean"
+    assert s["algorithm.filter_groups.enable"] is True
+    assert s["algorithm.adv_estimator"] == "lmpo_grpo"
+    assert s[f"{A}.use_kl_loss"] is False and s["algorithm.use_kl_in_reward"] is False
+    assert s["data.seed"] == s["actor_rollout_ref.rollout.seed"] == 7
+    assert s["data.max_response_length"] == 24
+
+
+def test_kl_where_it_applies_and_gae():
+    s = verl_settings(load_config(TrainConfig, "grpo", ["kl.coef=0.04", "kl.kind=k3"]))
+    assert (s[f"{A}.use_kl_loss"], s[f"{A}.kl_loss_coef"], s[f"{A}.kl_loss_type"]) == \
+        (True, 0.04, "low_var_kl")
+    cfg = load_config(TrainConfig, "ppo_clip", ["critic.init=random"])
+    s = verl_settings(cfg)
+    assert s["algorithm.adv_estimator"] == "gae" and s["algorithm.lam"] == 0.95
+    assert s["algorithm.use_kl_in_reward"] is True and s["algorithm.kl_penalty"] == "kl"
+    assert s["algorithm.kl_ctrl.kl_coef"] == 0.05 and s["critic.optim.lr"] == 1e-3
+    assert refusals(cfg) == []
+
+
+def test_what_verl_cannot_express_is_named():
+    why = refusals(load_config(TrainConfig, "espo"))
+    assert any(w.startswith("controller.name=espo") for w in why)
+    assert any(w.startswith("critic.init=zero") for w in why)
+    why = refusals(load_config(TrainConfig, "ebpo", ["rollout.sampler=easy_to_hard",
+                                                     "rollout.staleness=2"]))
+    assert {w.split(":")[0] for w in why} == {"rollout.sampler=easy_to_hard",
+                                              "rollout.staleness=2"}
+
+
+def experiment(tmp_path, arms):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"arms": arms, "seeds": [0, 1], "steps": 5,
+                                    "differs_in": ["loss", "controller", "critic"]}))
+    return str(path)
+
+
+def test_the_command_prints_one_launch_per_arm_and_seed(tmp_path, capsys):
+    path = experiment(tmp_path, {"grpo": {"preset": "grpo"}, "espo": {"preset": "espo"}})
+    assert main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine",
+                 "verl"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    launches = [x for x in lines if x.startswith("python -m verl.trainer.main_ppo ")]
+    assert len(launches) == 2 and all("trainer.total_training_steps=5" in x for x in launches)
+    assert len([x for x in lines if x.startswith("lmpo export-data")]) == 2  # one per seed
+    assert [x for x in lines if x.startswith("# refused: arm espo: controller.name=espo")]
+    assert (tmp_path / "o" / "verl.sh").read_text().count("main_ppo") == 2
+    assert main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine",
+                 "verl", "--strict"]) == 1
+
+
+def test_no_arm_that_maps_is_an_error(tmp_path, capsys):
+    path = experiment(tmp_path, {"espo": {"preset": "espo"}})
+    assert main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine",
+                 "verl"]) == 1
+    assert "no arm maps" in capsys.readouterr().err
+
+
+def test_the_printed_export_line_writes_the_data_the_launch_reads(tmp_path, capsys):
+    path = experiment(tmp_path, {"grpo": {"preset": "grpo"}})
+    main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine", "verl"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    export = lines[0].replace("$DATA", str(tmp_path / "data")).split()
+    assert export[:2] == ["lmpo", "export-data"]
+    assert main(export[1:]) == 0
+    train_file = next(t for t in lines[2].split() if t.startswith("data.train_files="))
+    assert (tmp_path / "data" / train_file.split("$DATA/")[1]).exists()
