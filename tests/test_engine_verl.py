@@ -88,3 +88,20 @@ def test_the_printed_export_line_writes_the_data_the_launch_reads(tmp_path, caps
     assert main(export[1:]) == 0
     train_file = next(t for t in lines[2].split() if t.startswith("data.train_files="))
     assert (tmp_path / "data" / train_file.split("$DATA/")[1]).exists()
+
+
+def test_trl_refusals_name_the_setting_and_need_trl_to_run(tmp_path, capsys):
+    from lmpo.integrations.trl_run import trl_refusals
+
+    assert trl_refusals(load_config(TrainConfig, "grpo")) == []
+    why = {w.split(":")[0] for w in trl_refusals(load_config(TrainConfig, "dapo"))}
+    assert why == {"rollout.dynamic_sampling=True"}
+    assert any(w.startswith("advantage.name=gae") for w in
+               trl_refusals(load_config(TrainConfig, "ppo_clip")))
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:  # the core environment
+        path = experiment(tmp_path, {"grpo": {"preset": "grpo"}})
+        assert main(["compare", "--config", path, "--out", str(tmp_path / "t"), "--engine",
+                     "trl"]) != 0
+        assert "TRL installed" in capsys.readouterr().err

@@ -134,3 +134,46 @@ def test_trl_loss_types_equal_trls_own_loss(tmp_path, loss_type, loss, args_kw):
     (g_theirs,) = torch.autograd.grad(GRPOTrainer._compute_loss(trainer, trainer.model, inputs),
                                       next(trainer.model.parameters()))
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy_dir):
+    """`lmpo compare --engine trl`: a 2-arm x 2-seed x 3-step sweep through GRPOTrainer (one
+    process per run), in lmpo's run-directory layout, and its report; an arm TRL cannot
+    express is refused with the setting named while the others run."""
+    import json
+
+    import yaml
+
+    from lmpo.cli import main
+    from lmpo.experiments.report import report
+
+    base = {"policy": str(tiny_policy_dir), "threads": 1,
+            "rollout": {"batch_size": 8, "group_size": 4, "pool_size": 32, "max_new_tokens": 8},
+            "optim": {"minibatches": 2},
+            "log": {"eval_per_tier": 4, "eval_max_new_tokens": 8, "eval_samples": 1,
+                    "eval_temperature": 0.0, "tensorboard": False}}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": base, "arms": {"grpo": {"preset": "grpo"}, "cegppo": {"preset": "cegppo"},
+                               "espo": {"preset": "espo"}},
+        "seeds": [0, 1], "steps": 3, "differs_in": ["loss", "controller", "advantage", "kl",
+                                                      "critic", "rollout.group_size"],
+        "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["cegppo", "grpo"],
+                    "differs_in": ["loss"], "expect": "greater", "sentence": "a smoke claim"}]}))
+    out = tmp_path / "sweep"
+    assert main(["compare", "--config", str(path), "--out", str(out), "--engine", "trl"]) == 0
+    for arm in ("grpo", "cegppo"):
+        for seed in (0, 1):
+            run_dir = out / "runs" / arm / f"seed{seed}"
+            rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            assert [r["step"] for r in rows] == [1, 2, 3]
+            assert "reward/mean" in rows[0] and "eval/accuracy_mean" in rows[-1]
+            assert "adv/zero_std_frac" in rows[0] and "loss/displacement" in rows[0]
+            assert json.loads((run_dir / "eval.json").read_text())["engine"] == "trl"
+            state = json.loads((run_dir / "trl" / "trainer_state.json").read_text())
+            assert state["global_step"] == 3 * 2  # steps x minibatches (x epochs, 1)
+    assert not (out / "runs" / "espo" / "seed0" / "metrics.jsonl").exists()
+    rep = report(out)
+    text = rep.read_text()
+    assert "2 seeds" in text or "seeds [0, 1]" in text
+    assert "4 of 6 runs finished" in text

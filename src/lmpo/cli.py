@@ -76,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="runs at once; each gets cores / jobs torch threads")
     cp.add_argument("--list", action="store_true",
                     help="print each run's command line (for Slurm, Ray, ...) and exit")
-    cp.add_argument("--engine", choices=("lmpo", "verl"), default="lmpo",
+    cp.add_argument("--engine", choices=("lmpo", "verl", "trl"), default="lmpo",
                     help="verl: print (and write to OUT/verl.sh) a verl launch command per "
                          "arm x seed with every matched setting mapped, and the arms verl "
-                         "cannot express with the setting named; runs nothing")
+                         "cannot express with the setting named; runs nothing. trl: run each "
+                         "arm x seed through TRL's GRPOTrainer (in TRL's environment)")
     cp.add_argument("--strict", action="store_true",
                     help="with --engine verl: any refused arm is an error")
 
@@ -131,7 +132,13 @@ def cmd_compare(args) -> int:
         exp.steps = args.steps
     if args.engine == "verl":
         return verl_commands(exp, args)
-    return compare(exp, args.out, jobs=args.jobs, list_only=args.list)
+    if args.engine == "trl":
+        import importlib.util
+
+        if importlib.util.find_spec("trl") is None:
+            raise ConfigError("--engine trl runs in an environment with TRL installed "
+                              "(pip install -e '.[trl]'; make test-trl builds .venv-trl)")
+    return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine)
 
 
 def verl_commands(exp, args) -> int:

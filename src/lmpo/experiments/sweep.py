@@ -45,16 +45,18 @@ class Run:
     config: Path
     run_dir: Path
     log: Path
-    status: str = "pending"  # pending | running | done | failed
+    status: str = "pending"  # pending | running | done | failed | refused (by the engine)
     error: str = ""
     started: float = 0.0
+    engine: str = "lmpo"  # lmpo | trl (lmpo.integrations.trl_run)
 
     @property
     def name(self) -> str:
         return f"{self.arm}-seed{self.seed}"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "lmpo", "train", "--config", str(self.config),
+        program = ["lmpo", "train"] if self.engine == "lmpo" else ["lmpo.integrations.trl_run"]
+        return [sys.executable, "-m", *program, "--config", str(self.config),
                 "--run-dir", str(self.run_dir), "--quiet", "--resume"]
 
 
@@ -63,7 +65,7 @@ def finished(run_dir: Path, steps: int) -> bool:
     return (run_dir / "eval.json").exists() and bool(rows) and rows[-1]["step"] == steps
 
 
-def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
+def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Run]:
     """Check the experiment, write its configs under `out` and return its runs.
 
     An arm whose config cannot be built is not run: its runs are failed with the error
@@ -93,13 +95,16 @@ def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
         for seed in exp.seeds:
             run = Run(arm.name, seed, out / "configs" / f"{arm.name}-seed{seed}.yaml",
                       out / "runs" / arm.name / f"seed{seed}",
-                      out / "logs" / f"{arm.name}-seed{seed}.log")
+                      out / "logs" / f"{arm.name}-seed{seed}.log", engine=engine)
             if arm.name in broken:
                 run.status, run.error = "failed", f"config: {broken[arm.name]}"
             else:
                 cfg = arm_config(exp, arm, seed, threads=threads)
                 save_config(cfg, run.config)
-                if finished(run.run_dir, exp.steps):
+                refused = engine_refusals(engine, cfg)
+                if refused:
+                    run.status, run.error = "refused", "; ".join(refused)
+                elif finished(run.run_dir, exp.steps):
                     stale = config_changes(run.run_dir, cfg)
                     if stale:
                         run.status, run.error = "failed", (
@@ -109,6 +114,15 @@ def plan(exp: Experiment, out: Path, jobs: int) -> list[Run]:
                         run.status = "done"
             runs.append(run)
     return runs
+
+
+def engine_refusals(engine: str, cfg) -> list[str]:
+    """What `engine` cannot express in `cfg` (lmpo expresses everything)."""
+    if engine == "trl":
+        from lmpo.integrations.trl_run import trl_refusals
+
+        return trl_refusals(cfg)
+    return []
 
 
 def config_changes(run_dir: Path, cfg) -> str:
@@ -222,7 +236,7 @@ class _Quiet:
 
 
 def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
-            live: bool = True) -> int:
+            live: bool = True, engine: str = "lmpo") -> int:
     """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished.
 
     The sweep holds `out`'s lock throughout (a second `lmpo compare` on it fails at once,
@@ -234,16 +248,24 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
     fresh = not out.exists()
     with directory_lock(out, what="lmpo compare"):
         try:
-            runs = plan(exp, out, jobs)
+            runs = plan(exp, out, jobs, engine)
         except LmpoError:
             if fresh:
                 shutil.rmtree(out, ignore_errors=True)
             raise
         if list_only:
             for run in runs:
-                print(shlex.join(run.command()))
+                print(shlex.join(run.command()) if run.status != "refused"
+                      else f"# refused: {run.name}: {run.error}")
             return 0
         execute(exp, runs, out, jobs, live=live)
+    refused = [r for r in runs if r.status == "refused"]
+    for run in refused:
+        print(f"refused by {engine}: {run.name}: {run.error}", file=sys.stderr)
+    if refused and len(refused) == len(runs):
+        print(f"lmpo compare: error: no arm runs on {engine}", file=sys.stderr)
+        return 1
+    runs = [r for r in runs if r.status != "refused"]
     failed = [r for r in runs if r.status == "failed"]
     if failed:
         print(f"\n{len(failed)} of {len(runs)} runs failed (the others finished):",

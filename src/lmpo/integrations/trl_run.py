@@ -1,0 +1,189 @@
+"""One lmpo run through TRL's GRPOTrainer (`lmpo compare --engine trl` runs one process per
+arm x seed): `python -m lmpo.integrations.trl_run --config CFG --run-dir DIR`.
+
+The arm's resolved lmpo config becomes a `GRPOConfig` and an `LmpoGRPOTrainer` with the
+arm's loss, hyper-parameters, aggregation and estimator: rollout.batch_size completions
+per generation (group_size per prompt), split into optim.minibatches optimiser steps
+(`steps_per_generation`), optim.epochs passes (`num_iterations`), so TRL's max_steps is
+steps x minibatches x epochs; lr and warm-up, weight decay, grad clip, temperature,
+response length, KL as a k3 loss term (TRL's beta), seed. The run directory has lmpo's
+layout, so `lmpo report` reads it: `config.yaml`, `metrics.jsonl` (one row per rollout
+batch, from TRL's log averaged over that batch's optimiser steps; TRL's names mapped to
+lmpo's: reward -> reward/mean, entropy -> policy/entropy, grad_norm -> grad/norm, kl ->
+kl/ref, num_tokens -> tokens/cumulative (TRL counts prompt and completion tokens), the
+adapter's lmpo/<metric> -> loss/<metric> or adv/<metric>), `eval.json` (lmpo's held-out
+evaluation before and after, on the same problems as an lmpo run) and TRL's own
+`trainer_state.json` under `trl/`. A setting TRL's trainer cannot express is refused,
+named (`trl_refusals`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+from lmpo.errors import ConfigError, LmpoError
+
+RENAME = {"reward": "reward/mean", "entropy": "policy/entropy", "grad_norm": "grad/norm",
+          "kl": "kl/ref", "num_tokens": "tokens/cumulative",
+          "completions/mean_length": "rollout/length_mean"}
+
+
+def trl_refusals(cfg) -> list[str]:
+    """The settings of `cfg` GRPOTrainer cannot express, each named."""
+    r = cfg.rollout
+    checks = [
+        (cfg.actor_critic, f"advantage.name={cfg.advantage.name}",
+         "TRL's GRPOTrainer has no critic"),
+        (cfg.controller.name != "none", f"controller.name={cfg.controller.name}",
+         "TRL's generation has no per-token stopping controller"),
+        (r.sampler != "shuffled", f"rollout.sampler={r.sampler}", "TRL's sampler shuffles"),
+        (r.dynamic_sampling, "rollout.dynamic_sampling=True", "TRL has no group filter"),
+        (r.dtype != "float32", f"rollout.dtype={r.dtype}", "lmpo's simulated sampler"),
+        (r.staleness > 0, f"rollout.staleness={r.staleness}", "TRL samples on-policy"),
+        (r.correction.kind is not None, f"rollout.correction.kind={r.correction.kind}",
+         "TRL's correction is vLLM's importance sampling"),
+        (cfg.reward.model is not None, f"reward.model={cfg.reward.model}",
+         "an lmpo reward model is not a TRL reward function"),
+        (cfg.kl.coef > 0 and (cfg.kl.mode, cfg.kl.kind) != ("loss", "k3"),
+         f"kl.mode={cfg.kl.mode}, kl.kind={cfg.kl.kind}", "TRL's beta is a k3 loss term"),
+        (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
+         "TRL's loss has no NLL term"),
+        (cfg.lora.r > 0, f"lora.r={cfg.lora.r}", "pass a PEFT model to TRL yourself"),
+        (r.batch_size % cfg.optim.minibatches != 0, f"optim.minibatches={cfg.optim.minibatches}",
+         "the batch does not split into that many minibatches"),
+    ]
+    return [f"{name}: {why}" for bad, name, why in checks if bad]
+
+
+def grpo_args(cfg, out: Path):
+    from trl import GRPOConfig
+
+    per_step = cfg.rollout.batch_size // cfg.optim.minibatches
+    updates = cfg.optim.minibatches * cfg.optim.epochs
+    return GRPOConfig(
+        output_dir=str(out), per_device_train_batch_size=per_step,
+        num_generations=cfg.rollout.group_size, steps_per_generation=cfg.optim.minibatches,
+        num_iterations=cfg.optim.epochs, max_steps=cfg.steps * updates,
+        max_completion_length=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+        learning_rate=cfg.optim.lr, warmup_steps=cfg.optim.warmup_steps,
+        lr_scheduler_type="constant_with_warmup", weight_decay=cfg.optim.weight_decay,
+        max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
+        logging_steps=updates, report_to="none", save_strategy="no", use_cpu=True,
+        gradient_accumulation_steps=1)
+
+
+def lmpo_row(log: dict, step: int) -> dict:
+    row = {"step": step}
+    for key, value in log.items():
+        if not isinstance(value, int | float):
+            continue
+        if key in RENAME:
+            row[RENAME[key]] = float(value)
+        elif key.startswith("lmpo/"):
+            name = key.removeprefix("lmpo/")
+            row[name if name.startswith("adv/") else f"loss/{name}"] = float(value)
+        else:
+            row[f"trl/{key}"] = float(value)
+    return row
+
+
+def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from lmpo.config import save_config
+    from lmpo.evaluate import evaluate, metrics_row
+    from lmpo.integrations.trl import LmpoGRPOTrainer
+    from lmpo.models import load_policy
+    from lmpo.tasks import get_task
+    from lmpo.tasks.heldout import heldout_split
+    from lmpo.trainer.checkpoint import append_row
+    from lmpo.trainer.runtime import Runtime
+    from lmpo.trainer.setup import training_pool
+    from lmpo.warmstart import resolve_policy
+
+    refused = trl_refusals(cfg)
+    if refused:
+        raise ConfigError("TRL cannot run this config: " + "; ".join(refused))
+    if (run_dir / "eval.json").exists():
+        raise ConfigError(f"{run_dir} holds a finished run; choose a new --run-dir")
+    if (run_dir / "metrics.jsonl").exists():  # TRL runs restart; a sweep passes --resume
+        if not resume:
+            raise ConfigError(f"{run_dir} already holds a run; pass --resume to restart it")
+        (run_dir / "metrics.jsonl").unlink()
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    policy, tok = load_policy(resolve_policy(cfg.policy, progress=False))
+    task = get_task(cfg.task, cfg.task_params or None)
+    rt = Runtime.build(cfg, policy, tok, task, progress=False)
+    heldout = heldout_split(task, cfg.log.eval_per_tier)
+    pool = training_pool(task, cfg, heldout.prompts)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+
+    def held_out(model) -> dict:
+        return evaluate(model, tok, task, heldout.problems,
+                        max_new_tokens=cfg.log.eval_max_new_tokens,
+                        trained_tiers=cfg.rollout.clusters, temperature=cfg.log.eval_temperature,
+                        samples=cfg.log.eval_samples, reward=rt.reward, encode=rt.encode,
+                        eos_ids=rt.stop_ids)
+
+    def reward(prompts, completions, lmpo_index, **kwargs):
+        scores, _ = rt.reward.score([pool[i] for i in lmpo_index], completions,
+                                    where="training sample")
+        return scores
+
+    updates = cfg.optim.minibatches * cfg.optim.epochs
+
+    class Rows(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                append_row(run_dir / "metrics.jsonl",
+                           lmpo_row(logs, -(-state.global_step // updates)))
+
+    before = held_out(policy)
+    data = Dataset.from_dict({"prompt": [p.prompt for p in pool],
+                              "lmpo_index": list(range(len(pool)))})
+    trainer = LmpoGRPOTrainer(
+        model=policy, reward_funcs=reward, args=grpo_args(cfg, run_dir / "trl"),
+        train_dataset=data, processing_class=tok, lmpo_loss=cfg.loss.name,
+        lmpo_loss_hparams=dict(cfg.loss.hparams), lmpo_agg=cfg.loss.agg,
+        lmpo_advantage=cfg.advantage.name, lmpo_advantage_hparams=dict(cfg.advantage.hparams),
+        ref_model=copy.deepcopy(policy) if cfg.kl.coef > 0 else None, callbacks=[Rows()])
+    trainer.train()
+    trainer.state.save_to_json(str(run_dir / "trl" / "trainer_state.json"))
+    after = held_out(trainer.model)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows[-1] |= metrics_row(after)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"before": before, "after": after, "engine": "trl"}
+    (run_dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lmpo.config import load_config
+    from lmpo.trainer.train_config import TrainConfig
+
+    parser = argparse.ArgumentParser(prog="python -m lmpo.integrations.trl_run")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--resume", action="store_true",
+                        help="restart an unfinished run (TRL runs do not continue mid-run)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        run(load_config(TrainConfig, args.config), Path(args.run_dir), resume=args.resume)
+    except LmpoError as exc:
+        print(f"trl_run: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
