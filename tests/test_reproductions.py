@@ -47,14 +47,14 @@ MATCHED["drpo"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
                    "loss.hparams.clip_ratio_c", "loss.hparams.delta", "rollout.dtype",
                    "rollout.staleness", "rollout.correction.kind"}
 MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
-# the survey of every group-family method: each arm is its own preset (a loss, its
-# aggregation, its estimator; one update per batch where the method has no ratio)
-MATCHED["zoo"] = {"advantage.name", "advantage.hparams.prior", "advantage.hparams.scale",
-                  "loss.agg", "loss.name", "optim.minibatches", "rollout.dynamic_sampling",
-                  "rollout.max_gen_batches"} | {f"loss.hparams.{k}" for k in (
-    "alpha", "beta", "beta1", "beta2", "clip_cov_lb", "clip_cov_ratio", "clip_cov_ub",
-    "clip_ratio_c", "delta", "delta_high", "delta_low", "eps_high", "eps_low", "k_neg", "k_pos",
-    "kl_cov_ratio", "lambda_neg", "lambda_pos", "ppo_kl_coef", "tau_neg", "tau_pos", "weight")}
+# the survey of every group-family method: each loss as its preset states it (with GRPO's
+# advantages), each estimator with PPO-clip
+MATCHED["zoo"] = {"advantage.name", "loss.agg", "loss.name", "optim.minibatches"} | {
+    f"loss.hparams.{k}" for k in (
+        "alpha", "beta", "beta1", "beta2", "clip_cov_lb", "clip_cov_ratio", "clip_cov_ub",
+        "clip_ratio_c", "delta", "delta_high", "delta_low", "eps_high", "eps_low", "k_neg",
+        "k_pos", "kl_cov_ratio", "lambda_neg", "lambda_pos", "ppo_kl_coef", "tau_neg",
+        "tau_pos", "weight")}
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
