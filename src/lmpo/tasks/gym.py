@@ -110,17 +110,18 @@ TASKS = {
 
 def get_task(name: str, params: dict | None = None):
     """A built-in task by name, any reasoning-gym dataset as `rg:<dataset>` (with
-    `params`: its parameters and tiers), or a user dataset as a path to a .jsonl file."""
+    `params`: its parameters and tiers), or a user dataset: a .jsonl or .parquet file or a
+    local `datasets` folder."""
     if name.startswith("rg:"):
         return ReasoningGymTask(name[3:], params)
     if params:
         raise ConfigError(f"task_params apply only to rg:<dataset> tasks, not {name!r}")
-    if name.endswith(".jsonl"):
-        from lmpo.tasks.jsonl import JsonlTask
+    from lmpo.tasks.jsonl import JsonlTask, is_dataset_path
 
+    if is_dataset_path(name):
         return JsonlTask(name)
     if name not in TASKS:
         raise UnknownName(f"unknown task {name!r}{nearest(name, list(TASKS))}; "
-                       f"valid tasks: {', '.join(TASKS)}, rg:<reasoning-gym dataset> or a "
-                       ".jsonl path")
+                       f"valid tasks: {', '.join(TASKS)}, rg:<reasoning-gym dataset>, or a "
+                       ".jsonl / .parquet path or a `datasets` folder")
     return TASKS[name]()
