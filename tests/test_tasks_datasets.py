@@ -48,7 +48,8 @@ def test_a_row_without_an_answer_is_named_by_file_and_row(tmp_path):
     path = tmp_path / "bad.parquet"
     datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2="], "answer": ["2", None]}).to_parquet(
         str(path))
-    with pytest.raises(DataError, match=r"bad\.parquet:2: missing required field\(s\) \['answer'\]"):
+    missing = r"bad\.parquet:2: missing required field\(s\) \['answer'\]"
+    with pytest.raises(DataError, match=missing):
         get_task(str(path))
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(DataError, match="cannot read as a dataset"):
