@@ -27,3 +27,20 @@ def test_verls_loader_calls_the_exported_reward_with_verls_arguments(tmp_path):
                   extra_info=extra) == 1.0
         assert fn(data_source=row["data_source"], solution_str="no answer", ground_truth=gold,
                   extra_info=extra) == 0.0
+
+
+def test_verl_has_no_cpu_training_engine_to_run_lmpos_loss_in():
+    """docs/verl.md: verl 0.9.1 has no DataParallelPPOActor any more, and every training
+    engine registers for cuda or npu only, so lmpo's loss cannot run inside verl's real
+    update loop on this CPU. When a verl release registers a CPU engine this fails: then
+    write the test that runs `lmpo_<loss>` through it."""
+    import importlib.util
+
+    import verl.workers.engine  # noqa: F401  (imports every engine, which registers)
+    from verl.workers.engine.base import EngineRegistry
+
+    assert importlib.util.find_spec("verl.workers.actor") is None
+    devices = {key if isinstance(key, str) else key[0]
+               for backends in EngineRegistry._engines.values()
+               for by_device in backends.values() for key in by_device}
+    assert devices and "cpu" not in devices, devices
