@@ -63,7 +63,9 @@ def test_the_command_prints_one_launch_per_arm_and_seed(tmp_path, capsys):
     assert main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine",
                  "verl"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    launches = [x for x in lines if x.startswith("python -m verl.trainer.main_ppo ")]
+    launches = [x for x in lines if " python -m verl.trainer.main_ppo " in x]
+    assert all(x.startswith(f"VERL_FILE_LOGGER_PATH={tmp_path / 'o'}/runs/grpo/seed")
+               for x in launches)  # verl's file logger writes into lmpo's run directory
     assert len(launches) == 2 and all("trainer.total_training_steps=5" in x for x in launches)
     assert len([x for x in lines if x.startswith("lmpo export-data")]) == 2  # one per seed
     assert [x for x in lines if x.startswith("# refused: arm espo: controller.name=espo")]

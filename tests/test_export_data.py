@@ -59,12 +59,13 @@ def test_the_reward_file_scores_as_verl_calls_it(exported):
                               ground_truth=gold, extra_info=extra)
         wrong = compute_score(data_source=row["data_source"], solution_str="#x",
                               ground_truth=gold, extra_info=extra)
-        assert right == 1.0 and wrong == 0.0
+        assert right == {"score": 1.0, "acc": 1.0} and wrong == {"score": 0.0, "acc": 0.0}
         problem = next(p for p in heldout_split(task, 10).problems
                        if p.prompt == row["extra_info"]["prompt"])
         partial = compute_score(data_source=row["data_source"], solution_str=f"#{gold}1",
                                 ground_truth=gold, extra_info=extra)
-        assert partial == task.score(problem, f"#{gold}1")  # the task's own reward
+        assert partial == {"score": task.score(problem, f"#{gold}1"),  # the task's reward
+                           "acc": 0.0}
         assert json.loads(extra["meta"]) == json.loads(json.dumps(problem.meta, default=str))
 
 
@@ -74,7 +75,7 @@ def test_the_configs_reward_scale_and_an_unexportable_reward(tmp_path):
     compute_score = load_reward(tmp_path / "pm1" / "reward.py")
     row = pq.read_table(tmp_path / "pm1" / "test.parquet").to_pylist()[0]
     gold = row["reward_model"]["ground_truth"]
-    assert compute_score(row["data_source"], "#x", gold, row["extra_info"]) == -1.0
+    assert compute_score(row["data_source"], "#x", gold, row["extra_info"])["score"] == -1.0
     assert main(["export-data", "--config", "grpo", "--out", str(tmp_path / "ex"),
                  "reward.fn=exact"]) != 0
 

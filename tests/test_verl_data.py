@@ -24,9 +24,9 @@ def test_verls_loader_calls_the_exported_reward_with_verls_arguments(tmp_path):
         gold = row["reward_model"]["ground_truth"]
         extra = dict(row["extra_info"], num_turns=None, rollout_reward_scores={})
         assert fn(data_source=row["data_source"], solution_str=f"#{gold}", ground_truth=gold,
-                  extra_info=extra) == 1.0
+                  extra_info=extra) == {"score": 1.0, "acc": 1.0}
         assert fn(data_source=row["data_source"], solution_str="no answer", ground_truth=gold,
-                  extra_info=extra) == 0.0
+                  extra_info=extra) == {"score": 0.0, "acc": 0.0}
 
 
 def test_verl_has_no_cpu_training_engine_to_run_lmpos_loss_in():

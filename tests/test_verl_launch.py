@@ -51,6 +51,8 @@ FILLED = {"$MICRO_BATCH": 2, "$GPUS_PER_NODE": 1, "$NNODES": 1}  # what a user w
 
 
 def same(got, want) -> bool:
+    if isinstance(want, list):
+        return list(got) == want
     if isinstance(want, bool) or isinstance(got, bool):
         return got == want
     if isinstance(want, int | float) and isinstance(got, int | float):
@@ -81,3 +83,49 @@ def test_each_mapped_setting_reads_back_and_the_loss_runs(run):
     torch.testing.assert_close(loss, core_algos.agg_loss(tok, mask, actor.loss_agg_mode),
                                rtol=1e-12, atol=1e-14)
     assert aggregate(tok, mask, actor.loss_agg_mode).isfinite()
+
+
+def test_lmpo_report_judges_runs_that_verls_file_logger_wrote(tmp_path, monkeypatch):
+    """Logs written by verl's own FileLogger, where `--engine verl` points it, become rows
+    `lmpo report` judges; a claim on a metric verl does not log says so."""
+    import json
+
+    import yaml
+    from verl.utils.tracking import FileLogger
+
+    from lmpo.cli import main
+    from lmpo.experiments.report import report
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "arms": {"grpo": {"preset": "grpo"}, "dapo": {"preset": "dapo"}}, "seeds": [0, 1, 2],
+        "steps": 3, "differs_in": ["loss", "rollout"],
+        "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["dapo", "grpo"],
+                    "differs_in": ["loss", "rollout"], "expect": "greater", "sentence": "s1"},
+                   {"kind": "direction", "metric": "eval/accuracy_trained",
+                    "arms": ["dapo", "grpo"], "differs_in": ["loss", "rollout"],
+                    "expect": "greater", "sentence": "s2"}]}))
+    out = tmp_path / "sweep"
+    assert main(["compare", "--config", str(path), "--out", str(out), "--engine", "verl"]) == 0
+    for line in (out / "verl.sh").read_text().splitlines():
+        if " verl.trainer.main_ppo " not in line:
+            continue
+        log = line.split()[0].split("=", 1)[1]
+        arm, seed = log.split("/runs/")[1].split("/")[:2]
+        monkeypatch.setenv("VERL_FILE_LOGGER_PATH", log)
+        logger = FileLogger("p", "e")
+        val = "val-core/lmpo/chain_sum/reward/mean@1"
+        logger.log({val: 0.3, "val-aux/lmpo/chain_sum/acc/mean@1": 0.3}, step=0)
+        gain = (0.1 if arm == "dapo" else 0.0) + 0.01 * int(seed[-1])
+        for step in (1, 2, 3):
+            logger.log({"critic/score/mean": 0.5 + gain, "actor/entropy": 0.2,
+                        "actor/pg_clipfrac": 0.01, "actor/lmpo/displacement": 0.05}, step=step)
+        logger.log({val: 0.6 + gain, "val-aux/lmpo/chain_sum/acc/mean@1": 0.5 + gain}, step=3)
+        logger.finish()
+    rep = json.loads(report(out).with_suffix(".json").read_text())
+    verdicts = {c["sentence"]: c["verdict"] for c in rep["claims"]}
+    assert verdicts["s1"] == "holds"
+    assert verdicts["s2"] == "not logged by verl: eval/accuracy_trained"
+    grpo = rep["arms"]["grpo"]
+    assert grpo["held-out accuracy, all tiers"]["mean"] == pytest.approx(0.51)
+    assert rep["setup"]["finished"] == 6

@@ -144,9 +144,9 @@ def cmd_compare(args) -> int:
 def verl_commands(exp, args) -> int:
     from lmpo.experiments.verl_launch import verl_lines
 
-    lines, launched, refused = verl_lines(exp, args.config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    lines, launched, refused = verl_lines(exp, args.config, out)
     header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
               "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
     (out / "verl.sh").write_text("\n".join(header + lines) + "\n")

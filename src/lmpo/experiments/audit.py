@@ -111,6 +111,16 @@ def engagement(claim: dict, data: dict) -> tuple[list[dict], str | None]:
     return measured, failure
 
 
+def unlogged_by(data: dict, claim: dict, per_arm: dict) -> str | None:
+    """The engine (verl) whose finished runs of a claim's arm never logged its metric."""
+    for arm, values in per_arm.items():
+        engines = {run.get("engine", "lmpo") for (a, _), run in data["runs"].items()
+                   if a == arm and run["finished"]}
+        if not values and engines - {"lmpo"}:
+            return ", ".join(sorted(engines - {"lmpo"}))
+    return None
+
+
 def judge_claims(data: dict) -> list[dict]:
     """Every claim of the experiment judged on its finished runs, audits first, with
     Holm-adjusted intervals over the experiment's claims."""
@@ -130,6 +140,9 @@ def judge_claims(data: dict) -> list[dict]:
             ("effective: " + "; ".join(flags)) if flags else None
         measured, not_engaged = engagement(claim, data)
         result = judge(claim, a, b, confounded=confounded, not_engaged=not_engaged)
+        engine = unlogged_by(data, claim, per_arm)
+        if engine:
+            result["verdict"] = f"not logged by {engine}: {claim['metric']}"
         results.append({"claim": describe_claim(claim), "sentence": claim["sentence"],
                         "kind": claim["kind"], "seeds": seeds, "engaged": measured} | result)
         values.append((claim, a, b))

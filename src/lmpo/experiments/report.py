@@ -22,9 +22,11 @@ from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
 from lmpo.experiments.audit import arm_configs, effective_table, judge_claims, seed_values
 from lmpo.experiments.diagnostics import method_diagnostics
+from lmpo.experiments.engine_logs import verl_rows
 from lmpo.experiments.frontier import frontier_lines, frontier_table
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import MIN_SEEDS, summarize
+from lmpo.experiments.verl_launch import VERL_LOG
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
 
@@ -92,10 +94,14 @@ def collect(root: Path) -> dict:
                 rows[-1]["step"] == exp.steps
             summary = run_dir / "eval.json"
             before = json.loads(summary.read_text())["before"] if summary.exists() else None
+            before_row = metrics_row(before) if before else {}
+            engine = "lmpo"
+            if not rows and (run_dir / VERL_LOG).exists():  # trained by verl
+                rows, before_row = verl_rows(run_dir / VERL_LOG)
+                done, engine = bool(rows) and rows[-1]["step"] == exp.steps, "verl"
             runs[(arm.name, seed)] = {
-                "dir": run_dir, "rows": rows, "finished": done,
-                "before_row": {"step": 0, "tokens/cumulative": 0.0}
-                | (metrics_row(before) if before else {}),
+                "dir": run_dir, "rows": rows, "finished": done, "engine": engine,
+                "before_row": {"step": 0, "tokens/cumulative": 0.0} | before_row,
                 "config": upgrade_saved(yaml.safe_load(cfg_path.read_text()))
                 if cfg_path.exists() else None}
     return {"experiment": exp, "runs": runs}

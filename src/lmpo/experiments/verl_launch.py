@@ -31,6 +31,7 @@ from lmpo.advantages import advantage_hparams, advantage_meta
 from lmpo.losses import default_aggregation, loss_hparams, loss_meta
 
 LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
+VERL_LOG = "verl.jsonl"  # verl's FileLogger output in an lmpo run directory
 KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # lmpo estimator -> verl's name
 # what the user supplies: the model, the machines, the per-GPU micro-batch (memory), and
 # the rollout engine (verl 0.9 has vLLM and SGLang; vllm is written, change it freely)
@@ -52,14 +53,19 @@ class Launch:
     refused: list[str] = field(default_factory=list)  # "setting=value: why"
     data: str = ""  # the data folder's name under $DATA
 
+    log: str = ""  # where verl's file logger writes (VERL_FILE_LOGGER_PATH)
+
     def command(self) -> str:
-        parts = ["python", "-m", "verl.trainer.main_ppo"]
+        parts = ([f"VERL_FILE_LOGGER_PATH={shlex.quote(self.log)}"] if self.log else []) \
+            + ["python", "-m", "verl.trainer.main_ppo"]
         parts += [f"{k}={hydra_value(v)}" for k, v in self.settings.items()]
-        return " ".join(p if p.startswith(("$", "+")) or "$" in p else shlex.quote(p)
-                        for p in parts)
+        return " ".join(p if p.startswith(("$", "+", "VERL_FILE_LOGGER_PATH=")) or "$" in p
+                        else shlex.quote(p) for p in parts)
 
 
 def hydra_value(v) -> str:
+    if isinstance(v, list):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:
@@ -178,28 +184,36 @@ def kl_settings(cfg) -> dict:
             "algorithm.kl_penalty": kind}
 
 
-def launch(exp, arm, seed: int) -> Launch:
-    """The verl launch of one arm x seed (settings, refusals and data folder)."""
+def launch(exp, arm, seed: int, out=None) -> Launch:
+    """The verl launch of one arm x seed (settings, refusals and data folder); with `out`
+    (a compare directory), verl's file logger writes the run's metrics into its run
+    directory, `runs/<arm>/seed<k>/verl.jsonl`, where `lmpo report` reads them."""
     from lmpo.experiments.spec import arm_config
 
     cfg = arm_config(exp, arm, seed)
     key = data_key(cfg)
-    run = Launch(arm.name, seed, refused=refusals(cfg), data=key)
+    log = str(out.resolve() / "runs" / arm.name / f"seed{seed}" / VERL_LOG) if out else ""
+    run = Launch(arm.name, seed, refused=refusals(cfg), data=key, log=log)
     run.settings = {"data.train_files": f"$DATA/{key}/train.parquet",
                     "data.val_files": f"$DATA/{key}/test.parquet",
                     "reward.custom_reward_function.path": f"$DATA/{key}/reward.py",
                     "reward.custom_reward_function.name": "compute_score",
                     **verl_settings(cfg), **PLACEHOLDERS,
                     "trainer.project_name": exp.name,
-                    "trainer.experiment_name": f"{arm.name}-seed{seed}"}
+                    "trainer.experiment_name": f"{arm.name}-seed{seed}",
+                    "trainer.logger": ["console", "file"], "trainer.val_before_train": True,
+                    "trainer.test_freq": cfg.steps}
     return run
 
 
-def verl_lines(exp, config_path: str) -> tuple[list[str], int, int]:
+def verl_lines(exp, config_path: str, out=None) -> tuple[list[str], int, int]:
     """The lines `lmpo compare --engine verl` prints: one `lmpo export-data` per data folder,
     one verl command per launchable arm x seed, a comment per refused arm; with the
-    numbers of launched and refused runs."""
-    runs = [launch(exp, arm, seed) for arm in exp.arms for seed in exp.seeds]
+    numbers of launched and refused runs. With `out`, the compare directory's
+    experiment.yaml and configs are written too (so `lmpo report out` reads the runs)."""
+    if out is not None:
+        write_plan(exp, out)
+    runs = [launch(exp, arm, seed, out) for arm in exp.arms for seed in exp.seeds]
     lines, exported = [], set()
     for run in runs:
         if run.refused or run.data in exported:
@@ -217,3 +231,18 @@ def verl_lines(exp, config_path: str) -> tuple[list[str], int, int]:
         lines.append(f"# refused: arm {arm}: " + "; ".join(why))
     launched = sum(not r.refused for r in runs)
     return lines, launched, len(runs) - launched
+
+
+def write_plan(exp, out) -> None:
+    """experiment.yaml and configs/<arm>-seed<k>.yaml, as `lmpo compare` writes them."""
+    import yaml
+
+    from lmpo.config import save_config
+    from lmpo.experiments.spec import arm_config
+
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+    (out / "experiment.yaml").write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    for arm in exp.arms:
+        for seed in exp.seeds:
+            save_config(arm_config(exp, arm, seed), out / "configs" / f"{arm.name}-seed{seed}.yaml")
+            (out / "runs" / arm.name / f"seed{seed}").mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ ground_truth: the gold answer}) and `extra_info` (split, index, tier, the raw pr
 problem's metadata as JSON, which task checkers such as reasoning-gym's need).
 `reward.py` defines `compute_score(data_source, solution_str, ground_truth, extra_info,
 **kwargs)`, the signature verl's reward managers call (extra_info gains verl's own keys,
-e.g. num_turns), scoring with the task's own checker (its reward, which may give partial
-credit; `lmpo` must be importable where verl runs).
+e.g. num_turns), scoring with the task's own checker: {"score": its reward, which may
+give partial credit, "acc": exact correctness} (`lmpo` must be importable where verl runs).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SCALE = {scale!r}  # lmpo's reward.scale: none, or pm1 ({{0, 1}} -> {{-1, +1}})
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """{{"score": the task's reward, "acc": exact correctness}} (verl logs both)."""
     return score_completion(TASK, TASK_PARAMS, solution_str, ground_truth, extra_info,
                             scale=SCALE)
 '''
@@ -58,9 +59,10 @@ def _task(name: str, params: dict | None):
 
 
 def score_completion(task: str, params: dict | None, completion: str, ground_truth: str,
-                     extra_info: dict | None, *, scale: str = "none") -> float:
-    """The task's reward for `completion` of the problem a verl row describes (as lmpo's
-    `reward.fn: task` scores it, mapped by `reward.scale`)."""
+                     extra_info: dict | None, *, scale: str = "none") -> dict:
+    """{"score": the task's reward for `completion` of the problem a verl row describes (as
+    lmpo's `reward.fn: task` scores it, mapped by `reward.scale`), "acc": its exact
+    correctness} (verl's reward managers take "score" as the reward, log the rest)."""
     info = dict(extra_info or {})
     if "prompt" not in info:
         raise ValueError("extra_info has no 'prompt': was this row written by `lmpo "
@@ -68,8 +70,10 @@ def score_completion(task: str, params: dict | None, completion: str, ground_tru
     problem = Problem(prompt=info["prompt"], answer=str(ground_truth),
                       cluster=info.get("tier", "default"),
                       meta=json.loads(info.get("meta") or "{}"))
-    score = float(_task(task, params).score(problem, completion))
-    return 2.0 * score - 1.0 if scale == "pm1" else score
+    task_ = _task(task, params)
+    score = float(task_.score(problem, completion))
+    return {"score": 2.0 * score - 1.0 if scale == "pm1" else score,
+            "acc": float(task_.is_correct(problem, completion))}
 
 
 def verl_row(task: str, problem: Problem, split: str, index: int,
