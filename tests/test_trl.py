@@ -177,3 +177,15 @@ def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy
     text = rep.read_text()
     assert "2 seeds" in text or "seeds [0, 1]" in text
     assert "4 of 6 runs finished" in text
+    # a TRL run that kept only TRL's own trainer_state.json reads the same training rows;
+    # the held-out evaluation TRL does not log is named
+    run_dir = out / "runs" / "cegppo" / "seed1"
+    logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "eval.json").unlink()
+    from lmpo.experiments.report import collect
+
+    again = collect(out)["runs"][("cegppo", 1)]
+    assert again["engine"] == "trl" and again["finished"]
+    assert [r["reward/mean"] for r in again["rows"]] == pytest.approx(
+        [r["reward/mean"] for r in logged])

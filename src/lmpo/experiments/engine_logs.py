@@ -9,7 +9,13 @@ validation means over the held-out file (`val-core/<data_source>/reward/mean@N`,
 `val-aux/<data_source>/acc/mean@N` from the exported reward's `acc`) become
 `eval/reward_mean` and `eval/accuracy_mean`. verl logs no per-tier held-out accuracy, so
 a claim on `eval/accuracy_trained` (or any metric verl did not log) reads "not logged by
-verl". TRL runs (`--engine trl`) are written in lmpo's own layout and need no reading.
+verl".
+
+TRL: `--engine trl` writes lmpo's own layout; a TRL run with only TRL's
+`trainer_state.json` (its `log_history`, one entry per logging step) is read with the same
+name mapping as `lmpo.integrations.trl_run`, one row per rollout batch (the optimiser
+steps per batch, minibatches x epochs, come from the run's config); TRL logs no lmpo
+held-out evaluation, so claims on `eval/*` read "not logged by trl".
 """
 
 from __future__ import annotations
@@ -55,3 +61,32 @@ def verl_rows(path: str | Path) -> tuple[list[dict], dict]:
                 row[name] = float(value)
     before = rows.pop(0, {"step": 0})
     return [rows[s] for s in sorted(rows)], before
+
+
+def trl_rows(path: str | Path, updates_per_step: int) -> tuple[list[dict], dict]:
+    """(rows, before) from TRL's trainer_state.json: each log_history entry with a reward
+    becomes the row of rollout batch ceil(step / updates_per_step)."""
+    from lmpo.integrations.trl_run import lmpo_row
+
+    state = json.loads(Path(path).read_text())
+    rows = [lmpo_row(entry, -(-int(entry["step"]) // updates_per_step))
+            for entry in state.get("log_history", []) if "reward" in entry]
+    return rows, {"step": 0}
+
+
+TRL_STATE = Path("trl") / "trainer_state.json"  # where `--engine trl` keeps TRL's state
+
+
+def engine_rows(run_dir: Path, cfg_path: Path) -> tuple[list[dict], dict, str] | None:
+    """(rows, before, engine) of a run another engine trained in `run_dir`, or None."""
+    from lmpo.experiments.verl_launch import VERL_LOG
+
+    if (run_dir / VERL_LOG).exists():
+        return (*verl_rows(run_dir / VERL_LOG), "verl")
+    if (run_dir / TRL_STATE).exists() and cfg_path.exists():
+        import yaml
+
+        optim = (yaml.safe_load(cfg_path.read_text()) or {}).get("optim", {})
+        updates = int(optim.get("minibatches", 1)) * int(optim.get("epochs", 1))
+        return (*trl_rows(run_dir / TRL_STATE, updates), "trl")
+    return None

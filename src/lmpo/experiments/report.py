@@ -22,11 +22,10 @@ from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
 from lmpo.experiments.audit import arm_configs, effective_table, judge_claims, seed_values
 from lmpo.experiments.diagnostics import method_diagnostics
-from lmpo.experiments.engine_logs import verl_rows
+from lmpo.experiments.engine_logs import engine_rows
 from lmpo.experiments.frontier import frontier_lines, frontier_table
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import MIN_SEEDS, summarize
-from lmpo.experiments.verl_launch import VERL_LOG
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
 
@@ -96,9 +95,10 @@ def collect(root: Path) -> dict:
             before = json.loads(summary.read_text())["before"] if summary.exists() else None
             before_row = metrics_row(before) if before else {}
             engine = "lmpo"
-            if not rows and (run_dir / VERL_LOG).exists():  # trained by verl
-                rows, before_row = verl_rows(run_dir / VERL_LOG)
-                done, engine = bool(rows) and rows[-1]["step"] == exp.steps, "verl"
+            other = None if rows else engine_rows(run_dir, cfg_path)  # trained elsewhere
+            if other:
+                rows, before_row, engine = other
+                done = bool(rows) and rows[-1]["step"] == exp.steps
             runs[(arm.name, seed)] = {
                 "dir": run_dir, "rows": rows, "finished": done, "engine": engine,
                 "before_row": {"step": 0, "tokens/cumulative": 0.0} | before_row,
