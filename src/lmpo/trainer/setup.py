@@ -47,6 +47,7 @@ class Run:
     heldout: object
     state: RunState
     writer: object = None  # TensorBoard, when log.tensorboard
+    tracker: object = None  # Weights & Biases, when log.wandb
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the lock
 
     @property
@@ -62,6 +63,8 @@ class Run:
                         reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids)
 
     def log_scalars(self, row: dict, step: int) -> None:
+        if self.tracker:
+            self.tracker.log(row, step)
         if self.writer:
             for k, v in row.items():
                 if k != "step":
@@ -69,6 +72,8 @@ class Run:
             self.writer.flush()
 
     def close(self) -> None:
+        if self.tracker:
+            self.tracker.close()
         if self.writer:
             self.writer.close()
         self.held.close()
@@ -122,6 +127,11 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
         from torch.utils.tensorboard import SummaryWriter
 
         run.writer = SummaryWriter(str(run_dir / "tb"), purge_step=run.state.step + 1)
+    if cfg.log.wandb:
+        from lmpo.config import to_dict
+        from lmpo.trainer.trackers import WandbTracker
+
+        run.tracker = WandbTracker(cfg.log.wandb, run_dir, to_dict(cfg))
     if run.state.before is None:
         run.state.before = run.evaluate()
     return run

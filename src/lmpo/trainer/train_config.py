@@ -196,6 +196,9 @@ class LogConfig:
     before and after the update), the rollout's log-prob mismatch and the post-update
     diag/*_after diagnostics (one extra forward pass over the batch each)."""
     tensorboard: bool = True
+    wandb: dict[str, Any] | None = None
+    """Weights & Biases next to TensorBoard: {project, mode (offline by default), dir, name,
+    entity, tags} (lmpo.trainer.trackers); None = off."""
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Parameters of the post-update diagnostics (lmpo.losses.diagnostics), by name: these
     override the loss's own hyper-parameter and the diagnostic's default."""

@@ -30,6 +30,9 @@ def validate(cfg) -> None:
 
     build_reward(cfg.reward.fn, None)  # an unknown name or a missing function fails now
     check_parts(cfg)
+    from lmpo.trainer.trackers import check_wandb
+
+    check_wandb(cfg.log.wandb)
 
 
 def check_finite(section, prefix: str = "") -> None:
