@@ -62,6 +62,8 @@ def trl_refusals(cfg) -> list[str]:
 def grpo_args(cfg, out: Path):
     from trl import GRPOConfig
 
+    from lmpo.trainer.runtime import resolve_device
+
     per_step = cfg.rollout.batch_size // cfg.optim.minibatches
     updates = cfg.optim.minibatches * cfg.optim.epochs
     return GRPOConfig(
@@ -72,7 +74,8 @@ def grpo_args(cfg, out: Path):
         learning_rate=cfg.optim.lr, warmup_steps=cfg.optim.warmup_steps,
         lr_scheduler_type="constant_with_warmup", weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
-        logging_steps=updates, report_to="none", save_strategy="no", use_cpu=True,
+        logging_steps=updates, report_to="none", save_strategy="no",
+        use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run
         gradient_accumulation_steps=1)
 
 
