@@ -93,7 +93,7 @@ def test_the_printed_export_line_writes_the_data_the_launch_reads(tmp_path, caps
 
 
 def test_trl_refusals_name_the_setting_and_need_trl_to_run(tmp_path, capsys):
-    from lmpo.integrations.trl_run import trl_refusals
+    from lmpo.experiments.trl_mapping import trl_refusals
 
     assert trl_refusals(load_config(TrainConfig, "grpo")) == []
     why = {w.split(":")[0] for w in trl_refusals(load_config(TrainConfig, "dapo"))}
@@ -107,3 +107,13 @@ def test_trl_refusals_name_the_setting_and_need_trl_to_run(tmp_path, capsys):
         assert main(["compare", "--config", path, "--out", str(tmp_path / "t"), "--engine",
                      "trl"]) != 0
         assert "TRL installed" in capsys.readouterr().err
+
+
+def test_list_without_out_prints_and_writes_nothing(tmp_path, capsys):
+    path = experiment(tmp_path, {"grpo": {"preset": "grpo"}})
+    assert main(["compare", "--engine", "verl", "--config", path, "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [x for x in lines if x.startswith("python -m verl.trainer.main_ppo ")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]
+    assert main(["compare", "--config", path]) != 0  # lmpo's own sweep needs its directory
+    assert "--out is required" in capsys.readouterr().err

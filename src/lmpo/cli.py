@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="run every arm x seed of an experiment (resumable)")
     cp.add_argument("--config", required=True,
                     help="an experiment preset name (`lmpo presets`) or a YAML file")
-    cp.add_argument("--out", required=True, help="the sweep's directory (rerun to resume)")
+    cp.add_argument("--out", help="the sweep's directory (rerun to resume); with --engine "
+                                  "verl optional: where verl.sh and the runs' logs go")
     cp.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the file's")
     cp.add_argument("--steps", type=int, help="override the experiment's steps")
     cp.add_argument("--jobs", type=int, default=1,
@@ -132,6 +133,8 @@ def cmd_compare(args) -> int:
         exp.steps = args.steps
     if args.engine == "verl":
         return verl_commands(exp, args)
+    if not args.out:
+        raise ConfigError("--out is required (the sweep's directory)")
     if args.engine == "trl":
         import importlib.util
 
@@ -144,15 +147,17 @@ def cmd_compare(args) -> int:
 def verl_commands(exp, args) -> int:
     from lmpo.experiments.verl_launch import verl_lines
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else None  # without it: print only
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
     lines, launched, refused = verl_lines(exp, args.config, out)
     header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
               "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
-    (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
+    if out:
+        (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
     print("\n".join(lines))
-    print(f"{launched} run(s) mapped, {refused} refused; written to {out / 'verl.sh'}",
-          file=sys.stderr)
+    print(f"{launched} run(s) mapped, {refused} refused"
+          + (f"; written to {out / 'verl.sh'}" if out else ""), file=sys.stderr)
     if launched == 0:
         print("lmpo compare: error: no arm maps to verl", file=sys.stderr)
         return 1

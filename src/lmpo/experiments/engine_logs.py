@@ -66,7 +66,7 @@ def verl_rows(path: str | Path) -> tuple[list[dict], dict]:
 def trl_rows(path: str | Path, updates_per_step: int) -> tuple[list[dict], dict]:
     """(rows, before) from TRL's trainer_state.json: each log_history entry with a reward
     becomes the row of rollout batch ceil(step / updates_per_step)."""
-    from lmpo.integrations.trl_run import lmpo_row
+    from lmpo.experiments.trl_mapping import lmpo_row
 
     state = json.loads(Path(path).read_text())
     rows = [lmpo_row(entry, -(-int(entry["step"]) // updates_per_step))

@@ -119,7 +119,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
 def engine_refusals(engine: str, cfg) -> list[str]:
     """What `engine` cannot express in `cfg` (lmpo expresses everything)."""
     if engine == "trl":
-        from lmpo.integrations.trl_run import trl_refusals
+        from lmpo.experiments.trl_mapping import trl_refusals
 
         return trl_refusals(cfg)
     return []
