@@ -72,7 +72,9 @@ def counts(cfg) -> list[tuple[bool, str]]:
                 "log.eval_samples": lg.eval_samples, "log.checkpoint_every": lg.checkpoint_every,
                 "log.policy_kl_every": lg.policy_kl_every,
                 "reward.micro_batch_size": cfg.reward.micro_batch_size}
-    return [(v >= 1, f"{k} must be >= 1, got {v}") for k, v in positive.items()]
+    is_int = {k: isinstance(v, int) and not isinstance(v, bool) for k, v in positive.items()}
+    return [(is_int[k] and v >= 1, f"{k} must be >= 1, got {v!r}"
+             + ("" if is_int[k] else " (an int)")) for k, v in positive.items()]
 
 
 def rollout_checks(cfg) -> list[tuple[bool, str]]:
