@@ -35,8 +35,10 @@ MATCHED = {
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode"} | AC,
 }
+# ESPO's second edition: the arms are PPO on the long-reasoning testbed with or without a
+# stopping controller, so the controller's own settings are what differ
 MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
-    "mode", "beta", "warmup", "r_fail", "clip", "savings", "adapt_beta")}
+    "beta", "warmup", "r_fail", "clip", "savings")}
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}
