@@ -132,7 +132,9 @@ def cmd_compare(args) -> int:
             raise ConfigError(f"--steps must be >= 1, got {args.steps}")
         exp.steps = args.steps
     if args.engine == "verl":
-        return verl_commands(exp, args)
+        from lmpo.experiments.verl_launch import print_verl_sweep
+
+        return print_verl_sweep(exp, args.config, args.out, strict=args.strict)
     if not args.out:
         raise ConfigError("--out is required (the sweep's directory)")
     if args.engine == "trl":
@@ -142,26 +144,6 @@ def cmd_compare(args) -> int:
             raise ConfigError("--engine trl runs in an environment with TRL installed "
                               "(pip install -e '.[trl]'; make test-trl builds .venv-trl)")
     return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine)
-
-
-def verl_commands(exp, args) -> int:
-    from lmpo.experiments.verl_launch import verl_lines
-
-    out = Path(args.out) if args.out else None  # without it: print only
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-    lines, launched, refused = verl_lines(exp, args.config, out)
-    header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
-              "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
-    if out:
-        (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
-    print("\n".join(lines))
-    print(f"{launched} run(s) mapped, {refused} refused"
-          + (f"; written to {out / 'verl.sh'}" if out else ""), file=sys.stderr)
-    if launched == 0:
-        print("lmpo compare: error: no arm maps to verl", file=sys.stderr)
-        return 1
-    return 1 if args.strict and refused else 0
 
 
 def cmd_report(args) -> int:

@@ -246,3 +246,26 @@ def write_plan(exp, out) -> None:
         for seed in exp.seeds:
             save_config(arm_config(exp, arm, seed), out / "configs" / f"{arm.name}-seed{seed}.yaml")
             (out / "runs" / arm.name / f"seed{seed}").mkdir(parents=True, exist_ok=True)
+
+
+def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool) -> int:
+    """`lmpo compare --engine verl`: print the lines (and with `out`, write verl.sh and the
+    compare directory's plan); 1 if no arm maps, or with `strict` if any is refused."""
+    import sys
+    from pathlib import Path
+
+    out = Path(out) if out else None  # without it: print only
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    lines, launched, refused = verl_lines(exp, config_path, out)
+    header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
+              "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
+    if out:
+        (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
+    print("\n".join(lines))
+    print(f"{launched} run(s) mapped, {refused} refused"
+          + (f"; written to {out / 'verl.sh'}" if out else ""), file=sys.stderr)
+    if launched == 0:
+        print("lmpo compare: error: no arm maps to verl", file=sys.stderr)
+        return 1
+    return 1 if strict and refused else 0
