@@ -10,7 +10,8 @@ TRL_VENV := .venv-trl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
-.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench clean
+.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench clean \
+	gpu-wheels
 
 install: $(STAMP)
 
@@ -64,7 +65,7 @@ test-verl: $(VERL_VENV)/.installed-stamp
 	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py)
 
 test-trl: $(TRL_VENV)/.installed-stamp
-	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py)
+	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py)
 
 # Build the wheel, install it (and only it) into a fresh environment, then use it from an
 # empty directory: lmpo presets, lmpo train --config grpo --steps 2, lmpo eval.
@@ -74,6 +75,21 @@ test-wheel:
 	$(WHEEL_VENV)/bin/python -m pip wheel -q --no-deps -w dist .
 	$(WHEEL_VENV)/bin/python -m pip install -q dist/lmpo-*.whl
 	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
+
+# What benchmarks/gpu_check.sh installs on a CUDA machine with no network, beside that
+# machine's own torch and transformers (and their numpy, sympy, mpmath, packaging): the lmpo
+# wheel and everything else its trainer imports, built for this interpreter's Python
+# version (the CUDA machine needs the same one). At most 64 MiB in all.
+GPU_WHEELS := gpu-wheels
+gpu-wheels: $(STAMP)
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)/deps
+	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) .
+	$(PY) -m pip wheel -q -w $(GPU_WHEELS)/deps rich pyyaml \
+		reasoning-gym==$$($(PY) -c "import importlib.metadata as m; print(m.version('reasoning-gym'))")
+	cd $(GPU_WHEELS)/deps && rm -f numpy-* sympy-* mpmath-* packaging-* && mv *.whl .. && cd .. \
+		&& rmdir deps && ls *.whl | grep -v '^lmpo-' | sed 's/-[0-9].*//' > requirements.txt
+	@size=$$(du -sm $(GPU_WHEELS) | cut -f1); echo "$(GPU_WHEELS): $$size MiB"; \
+		test $$size -le 64 || { echo "gpu-wheels: over 64 MiB" >&2; exit 1; }
 
 bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py
@@ -87,5 +103,5 @@ bench: $(STAMP)
 	$(PY) benchmarks/condition_cost.py
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) dist .pytest_cache .hypothesis \
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
 		.ruff_cache

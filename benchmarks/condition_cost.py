@@ -72,9 +72,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--policy", default="nano-chain-sum", help="an SFT preset or a folder")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    policy = resolve_policy("nano-chain-sum")
+    policy = resolve_policy(args.policy)
     common = [f"policy={policy}", f"steps={args.steps}", "log.eval_every=100000",
               "log.checkpoint_every=100000", "log.tensorboard=false", "log.eval_per_tier=2",
               f"threads={args.threads}"]

@@ -23,10 +23,10 @@ import torch
 from common import write_result
 
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
-from lmpo.models.convert import real_model
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
 from lmpo.trainer.batch import forward_logprobs
+from lmpo.warmstart import resolve_policy
 
 
 def hf_generate(model, tok, prompts, max_new, seed, eos):
@@ -55,15 +55,17 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--policy", default="smollm2-135m-instruct",
+                    help="a real model's name or a folder")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model, tok = load_policy(real_model("smollm2-135m-instruct"))
+    model, tok = load_policy(resolve_policy(args.policy))
     model.eval()
     bf16 = copy.deepcopy(model).to(torch.bfloat16)
     eos = stop_token_ids(model, tok)
     task = get_task("rg:chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                      "max_digits": 1})
-    encode = PromptEncoder(tok, "chat")
+    encode = PromptEncoder(tok, "auto")  # chat: SmolLM2 ships its template
     prompts = [encode(p.prompt) for p in task.sample(args.prompts, random.Random(0))
                for _ in range(args.group)]
     new = args.max_new_tokens

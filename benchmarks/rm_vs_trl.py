@@ -74,9 +74,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("overrides", nargs="*", help="key=value overrides of the rm preset")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = load_config(RMConfig, "nano-chain-sum-rm", [f"epochs={args.epochs}"])
+    cfg = load_config(RMConfig, "nano-chain-sum-rm", [f"epochs={args.epochs}", *args.overrides])
     train, held, source = make_pairs(cfg)
     print(f"{len(train)} training pairs, {len(held)} held out ({source['source']})")
     runs: dict[str, list[dict]] = {"trl": [], "lmpo": []}

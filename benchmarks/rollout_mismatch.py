@@ -64,12 +64,13 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--real", action="store_true", help="also SmolLM2-135M-Instruct")
+    ap.add_argument("--policy", default="nano-chain-sum", help="an SFT preset or a folder")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
     task = get_task("chain_sum")
     problems = task.sample(args.prompts, random.Random(0))
-    policy, tok = load_policy(resolve_policy("nano-chain-sum"))
+    policy, tok = load_policy(resolve_policy(args.policy))
     encode = PromptEncoder(tok, "auto")
     prompts = [encode(p.prompt) for p in problems for _ in range(args.group)]
     results["nano-chain-sum"] = measure("nano-chain-sum", policy, tok, prompts,

@@ -64,7 +64,7 @@ REAL = Setting(8, 8, 24, 5e-6, "rg:chain_sum", {"min_terms": 2, "max_terms": 2,
                                                 "min_digits": 1, "max_digits": 1}, chat=True)
 
 
-def trl_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
+def trl_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting, bf16: bool
               ) -> tuple[list[float], float]:
     from bench_reward import reward as shared_reward
     from datasets import Dataset
@@ -93,7 +93,7 @@ def trl_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
                       temperature=1.0, learning_rate=s.lr, beta=0.0, loss_type="dapo", epsilon=0.2,
                       max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
                       use_cpu=True, seed=seed, gradient_accumulation_steps=1,
-                      lr_scheduler_type="constant", warmup_steps=0)
+                      lr_scheduler_type="constant", warmup_steps=0, bf16=bf16)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[Clock()])
     start = time.perf_counter()
@@ -103,7 +103,7 @@ def trl_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
     return times, statistics.mean(rewards[-5:])
 
 
-def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
+def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting, bf16: bool
                ) -> tuple[list[float], float]:
     ends: list[float] = []
     real_append = loop.append_row
@@ -118,6 +118,8 @@ def lmpo_round(policy_dir: Path, steps: int, out: Path, seed: int, s: Setting
         f"policy={policy_dir}", f"steps={steps}", f"seed={seed}", f"optim.lr={s.lr}", *task,
         f"rollout.batch_size={s.prompts * s.group}", f"rollout.group_size={s.group}",
         f"rollout.max_new_tokens={s.new_tokens}", "rollout.dynamic_sampling=false",
+        "rollout.max_gen_batches=1",  # the preset's refill needs dynamic sampling
+        *(["optim.dtype=bfloat16", "rollout.dtype=bfloat16"] if bf16 else []),
         "loss.hparams={eps_low: 0.2, eps_high: 0.2}", "log.eval_every=100000",
         "log.checkpoint_every=100000", "log.eval_per_tier=1", "optim.warmup_steps=0",
         # one optimiser step per rollout over every tier, as TRL's run below
@@ -146,6 +148,11 @@ def main() -> None:
                     help="the converted SmolLM2 folder (lmpo converts it on first use)")
     ap.add_argument("--smollm2-rounds", type=int, default=1)
     ap.add_argument("--smollm2-steps", type=int, default=6)
+    ap.add_argument("--nano-policy", default="nano-chain-sum", help="an SFT preset or a folder")
+    ap.add_argument("--precision", choices=("float32", "bf16"), default="float32",
+                    help="both sides: TRL's bf16=True (autocast), lmpo's bfloat16 updates "
+                         "and rollouts")
+    ap.add_argument("--out", default="vs_trl", help="results/<out>.json")
     args = ap.parse_args()
     torch.set_num_threads(2)
     tmp = Path(tempfile.mkdtemp())
@@ -154,7 +161,7 @@ def main() -> None:
     for size in args.sizes:
         setting, steps, rounds = TINY, args.steps, args.rounds
         if size == "nano":
-            policy_dir, weights = resolve_policy("nano-chain-sum"), "warm-started"
+            policy_dir, weights = resolve_policy(args.nano_policy), "warm-started"
             rounds = args.nano_rounds
         elif size == "smollm2":
             policy_dir, weights = args.smollm2_dir, "pretrained"
@@ -167,7 +174,7 @@ def main() -> None:
         for r in range(rounds):
             for name, fn in (("trl", trl_round), ("lmpo", lmpo_round)):
                 times, reward = fn(policy_dir, steps, tmp / f"{size}-{name}-{r}", seed=r,
-                                   s=setting)
+                                   s=setting, bf16=args.precision == "bf16")
                 res[name][0].extend(times[3:])
                 res[name][1].append(reward)
         med = {k: statistics.median(v[0]) for k, v in res.items()}
@@ -198,7 +205,8 @@ def main() -> None:
     Console(width=150).print(table)
     import trl
 
-    write_result("vs_trl", {"trl_version": trl.__version__, "rows": rows})
+    write_result(args.out, {"trl_version": trl.__version__, "precision": args.precision,
+                            "rows": rows})
 
 
 if __name__ == "__main__":

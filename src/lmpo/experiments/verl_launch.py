@@ -17,7 +17,9 @@ aggregation; the estimator (lmpo_<name>, equal to verl's own where verl has it; 
 verl's gae with gamma and lam, and its critic's lr and value clip); KL as a loss term
 (use_kl_loss, kl_loss_coef, kl_loss_type) or in the reward (use_kl_in_reward, fixed
 kl_ctrl); dynamic sampling (algorithm.filter_groups on the reward, max_num_gen_batches);
-temperature, response length, LoRA rank and alpha, seeds and steps.
+temperature, response length, LoRA rank and alpha, seeds and steps; optim.dtype -> the
+actor's FSDP mixed_precision.param_dtype (verl's default is bf16 compute with float32
+master weights, lmpo's bfloat16; lmpo's float32 default is written as fp32).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from lmpo.losses import default_aggregation, loss_hparams, loss_meta
 LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
 VERL_LOG = "verl.jsonl"  # verl's FileLogger output in an lmpo run directory
 KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # lmpo estimator -> verl's name
+FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}  # optim.dtype -> verl's precision name
 # what the user supplies: the model, the machines, the per-GPU micro-batch (memory), and
 # the rollout engine (verl 0.9 has vLLM and SGLang; vllm is written, change it freely)
 PLACEHOLDERS = {"actor_rollout_ref.model.path": "$MODEL_PATH",
@@ -137,7 +140,8 @@ def verl_settings(cfg) -> dict:
          f"{actor}.entropy_coeff": o.entropy_coef,
          f"{actor}.policy_loss._target_": LOSS_TARGET,
          f"{actor}.policy_loss.loss_mode": f"lmpo_{cfg.loss.name}",
-         f"{actor}.loss_agg_mode": cfg.loss.agg or default_aggregation(cfg.loss.name)}
+         f"{actor}.loss_agg_mode": cfg.loss.agg or default_aggregation(cfg.loss.name),
+         f"+{actor}.fsdp_config.mixed_precision.param_dtype": FSDP_DTYPES[o.dtype]}
     hparams = loss_hparams(cfg.loss.name) | dict(cfg.loss.hparams)
     for k, v in hparams.items():
         if v is not None:

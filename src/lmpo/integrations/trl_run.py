@@ -46,7 +46,8 @@ def grpo_args(cfg, out: Path):
         max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
         logging_steps=updates, report_to="none", save_strategy="no",
         use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run
-        gradient_accumulation_steps=1)
+        gradient_accumulation_steps=1,
+        bf16=cfg.optim.dtype == "bfloat16")  # TRL's autocast, as lmpo's optim.dtype
 
 
 def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:

@@ -166,6 +166,12 @@ class OptimConfig:
     shared_prefix: bool = True
     """Run each distinct prompt of a micro-batch once in the update's forward, its KV cache
     shared by the group's responses (same log-probs and gradients, less work)."""
+    dtype: str = "float32"
+    """float32 | bfloat16: the update's compute precision. bfloat16 runs the forward and
+    backward of the policy (and critic) under torch.autocast, as verl's FSDP mixed precision
+    trains: matmuls in bfloat16, master weights, gradients and optimiser state float32, and
+    the log-softmax, ratios and losses in float32 (lmpo.trainer.update, docs/precision.md).
+    Evaluation and the log-prob recompute stay float32; the rollout's is rollout.dtype."""
 
 
 @dataclass

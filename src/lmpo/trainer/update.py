@@ -19,6 +19,16 @@ from lmpo.losses import aggregate, kl_penalty, value_loss
 from lmpo.masked import masked_mean
 from lmpo.trainer.batch import critic_values, forward_logprobs
 
+UPDATE_DTYPES = ("float32", "bfloat16")
+
+
+def autocast(cfg, device: torch.device):
+    """The update's precision (optim.dtype): bfloat16 = torch.autocast over the forward and
+    backward (matmuls in bfloat16; parameters, their gradients and the optimiser float32).
+    lmpo.logprobs reduces bfloat16 logits in float32, so ratios and losses are float32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16,
+                          enabled=cfg.optim.dtype == "bfloat16")
+
 
 class NonFiniteError(RunError):
     """Updates kept going non-finite; names the term and the step."""
@@ -77,11 +87,13 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         nll_counts = counts | {"num_tokens": right.sum(), "num_seqs": (right.sum(-1) > 0).sum()}
     t = resp_mask.shape[1]
     sums: dict[str, float] = defaultdict(float)
+    device = next(policy.parameters()).device
     for micro in mb.split(cfg.optim.micro_batch_size):
         m = resp_mask[micro]
-        logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
-                                     batch.resp_ids[micro], cfg.rollout.temperature,
-                                     share_prompts=cfg.optim.shared_prefix)
+        with autocast(cfg, device):
+            logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
+                                         batch.resp_ids[micro], cfg.rollout.temperature,
+                                         share_prompts=cfg.optim.shared_prefix)
         loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
         if batch.is_weights is not None:  # as verl: pg_losses * rollout_is_weights
             loss_tok = loss_tok * batch.is_weights[micro]
@@ -95,7 +107,8 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         if cfg.optim.entropy_coef:
             terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
         if critic is not None:
-            v = critic_values(critic, batch.ids[micro], batch.mask[micro], t)
+            with autocast(cfg, device):
+                v = critic_values(critic, batch.ids[micro], batch.mask[micro], t).float()
             vl_tok, v_metrics = value_loss(v, batch.old_values[micro], batch.returns[micro], m,
                                            clip=cfg.critic.value_clip)
             vl = aggregate(vl_tok, m, "token-mean", num_tokens=counts["num_tokens"])

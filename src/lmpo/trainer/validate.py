@@ -110,11 +110,14 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
 
 def optim_checks(cfg) -> list[tuple[bool, str]]:
     from lmpo.losses import AGG_MODES, KL_KINDS
+    from lmpo.trainer.update import UPDATE_DTYPES
 
     o, kl = cfg.optim, cfg.kl
     return [
         (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
         (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
+        (o.dtype in UPDATE_DTYPES,
+         f"optim.dtype {o.dtype!r} unknown; valid: {', '.join(UPDATE_DTYPES)}"),
         (cfg.critic.lr > 0, f"critic.lr must be > 0, got {cfg.critic.lr}"),
         (cfg.critic.value_coef > 0 or not cfg.actor_critic,
          f"critic.value_coef must be > 0 for the actor-critic family (the critic would not "

@@ -1,0 +1,239 @@
+"""An lmpo RL step against its FLOP floor, in float32 and bfloat16, in one process.
+
+The step: lmpo's sampler (`lmpo.rollout.sample`, through the rollout copy of
+`rollout.dtype`) draws G responses to each prompt, every row running to the token limit
+(an end-of-sequence id that is never drawn), then lmpo's update
+(`lmpo.trainer.update.update` under `optim.dtype`: shared prompt pass, forward/backward of
+the responses, AdamW). The trainer's bookkeeping (scoring, advantages, logs) is left out:
+`step_overhead.py` measures it at ~1.07x. With a low-precision rollout the trainer also
+runs a float32 no-grad pass for the mismatch diagnostic; it is timed and reported
+separately (`recompute_s`), outside both the step and the floor.
+
+The floor: the step's matrix products, counted analytically (2 x rows x in x out per
+linear layer, the causal attention's QK^T and AV, the LM head only where logits are
+needed), each divided by the throughput this process measures for a product of that
+shape and row count in the same dtype. Phases: the prompt pass (once per distinct
+prompt), the decode (B rows per token, attention over the growing cache), the update's
+forward (prompt pass + responses) and backward (2x the forward's products). Throughput of
+attention products is taken as that of the d x d linear at the same rows. Elementwise
+work, the sampler's draw and the optimiser are not in the floor: they are what the ratio
+shows.
+
+    python benchmarks/flop_floor.py [--sizes nano,135m] [--dtypes float32,bfloat16]
+                                    [--steps 3] [--smoke]
+
+`135m` is a randomly initialised model with SmolLM2-135M's configuration (the FLOPs of
+the real one; its weights do not change the work at a fixed length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+from common import write_result
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from lmpo.config import load_config
+from lmpo.losses import get_loss
+from lmpo.rollout import RolloutModel, sample
+from lmpo.trainer.batch import forward_logprobs
+from lmpo.trainer.train_config import TrainConfig
+from lmpo.trainer.update import TrainBatch, update
+
+SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+                "vocab_size": 49152, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 8192}
+NANO = {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 24,
+        "vocab_size": 88, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 256}
+# (prompts, group size, prompt tokens, new tokens): the real testbed's batch and the nano
+# testbed's (16 prompts x G = 4, ~12-token prompts)
+SHAPES = {"135m": (SMOLLM2_135M, 8, 8, 48, 48), "nano": (NANO, 16, 4, 12, 16)}
+SMOKE = {"135m": (SMOLLM2_135M | {"hidden_size": 64, "intermediate_size": 128,
+                                  "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "head_dim": 16,
+                                  "vocab_size": 512}, 2, 2, 6, 4),
+         "nano": (NANO, 2, 2, 6, 4)}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def build(config: dict, seed: int = 0, device: str = "cpu"):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**config, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).float().to(device)
+
+
+def clock(device) -> float:
+    """perf_counter after the device's queued work has finished."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def linears(c: dict) -> list[tuple[int, int]]:
+    """(in, out) of one decoder layer's linear layers."""
+    d, f = c["hidden_size"], c["intermediate_size"]
+    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    return [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)]
+
+
+def matmul_seconds(rows: int, k: int, n: int, dtype, repeats: int, device="cpu") -> float:
+    """Median seconds of a [rows, k] x [k, n] product in `dtype` (float32 accumulation)."""
+    a = torch.randn(rows, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = clock(device)
+        a @ b
+        times.append(clock(device) - t0)
+    return statistics.median(times)
+
+
+class Floor:
+    """Seconds of the step's products at this process's measured throughput (one median
+    timing per distinct shape)."""
+
+    def __init__(self, c: dict, dtype, repeats: int, device="cpu"):
+        self.c, self.dtype, self.repeats, self.cache = c, dtype, repeats, {}
+        self.device = device
+
+    def product(self, rows: int, k: int, n: int, count: float = 1.0) -> float:
+        key = (rows, k, n)
+        if key not in self.cache:
+            self.cache[key] = matmul_seconds(rows, k, n, self.dtype, self.repeats, self.device)
+        return self.cache[key] * count
+
+    def layers(self, rows: int, context: float, head_rows: int) -> float:
+        """Every layer's linears at `rows`, attention of `rows` queries over `context` keys
+        each (QK^T and AV), and the LM head over `head_rows`."""
+        c = self.c
+        d, L = c["hidden_size"], c["num_hidden_layers"]
+        s = sum(self.product(rows, k, n) for k, n in linears(c)) * L
+        s += self.product(rows, d, d, attention_flops(c, rows, context) / (2.0 * rows * d * d))
+        return s + (self.product(head_rows, d, c["vocab_size"]) if head_rows else 0.0)
+
+    def flops(self, rows: int, context: float, head_rows: int) -> float:
+        c = self.c
+        per_row = 2.0 * sum(k * n for k, n in linears(c)) * c["num_hidden_layers"]
+        return (rows * per_row + attention_flops(c, rows, context)
+                + 2.0 * head_rows * c["hidden_size"] * c["vocab_size"])
+
+
+def attention_flops(c: dict, rows: int, context: float) -> float:
+    heads = c["num_attention_heads"] * c["head_dim"]
+    return 2 * 2.0 * rows * context * heads * c["num_hidden_layers"]
+
+
+def phases(fl: Floor, measure, prompts: int, group: int, p: int, t: int) -> dict[str, float]:
+    """`measure` (fl.layers or fl.flops) summed per phase of the step."""
+    b = prompts * group
+    prompt = measure(prompts * p, (p + 1) / 2, prompts)
+    fwd = prompt + measure(b * t, p + (t + 1) / 2, b * t)
+    return {"prompt": prompt, "decode": sum(measure(b, p + i + 1, b) for i in range(t - 1)),
+            "update_forward": fwd, "update_backward": 2 * fwd}
+
+
+def lmpo_step(policy, cfg, state, loss_fn, prompts: list[list[int]], t: int, gen):
+    """(sampling s, update s, recompute s) of one step: the rollout copy refreshed and
+    sampled, then lmpo's update; with a low-precision rollout, the trainer's float32
+    recompute timed on its own."""
+    device = next(policy.parameters()).device
+    t0 = clock(device)
+    model = state.rollout_model()
+    with torch.no_grad():
+        r = sample(model, prompts, max_new_tokens=t, eos_token_id=-1, pad_token_id=0,
+                   generator=gen)
+    t1 = clock(device)
+    ids, mask = (x.to(device) for x in r.full_sequences())
+    resp_ids, resp_mask = r.response_ids.to(device), r.response_mask.float().to(device)
+    recompute = 0.0
+    if cfg.rollout.dtype != "float32":
+        with torch.no_grad():
+            forward_logprobs(policy, ids, mask, resp_ids, with_entropy=True)
+        recompute = clock(device) - t1
+    t2 = clock(device)
+    adv = torch.randn(len(prompts), 1, generator=gen).to(device).expand_as(resp_mask)
+    batch = TrainBatch(ids=ids, mask=mask, resp_ids=resp_ids, resp_mask=resp_mask,
+                       old_logp=r.logp.to(device) * resp_mask, adv=adv * resp_mask,
+                       keep=torch.arange(len(prompts)))
+    update(state, batch, loss_fn, "token-mean", cfg, lr=1e-6, step=1)
+    assert int(resp_mask.sum()) == len(prompts) * t  # every row ran to the limit
+    return t1 - t0, clock(device) - t2, recompute
+
+
+def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
+            device: str = "cpu") -> dict:
+    c, n_prompts, group, p, t = (SMOKE if smoke else SHAPES)[size]
+    policy = build(c, device=device)
+    cfg = load_config(TrainConfig, None, [
+        f"optim.dtype={dtype}", f"rollout.dtype={dtype}",
+        f"optim.micro_batch_size={n_prompts * group}", "optim.epochs=1", "optim.minibatches=1",
+        f"rollout.group_size={group}",
+        f"rollout.batch_size={n_prompts * group}", f"rollout.max_new_tokens={t}"])
+    state = SimpleNamespace(
+        policy=policy, critic=None, opt=torch.optim.AdamW(policy.parameters(), lr=1e-6),
+        rngs={"shuffle": torch.Generator().manual_seed(0)},
+        counters=SimpleNamespace(nonfinite_streak=0, skipped=0),
+        rollout_model=RolloutModel(policy, dtype))
+    gen = torch.Generator().manual_seed(0)
+    vocab = c["vocab_size"]
+    loss_fn = get_loss("ppo_clip")
+    times = []
+    for i in range(steps + 1):  # the first is a warm-up
+        drawn = [torch.randint(3, vocab, (p,), generator=gen).tolist() for _ in range(n_prompts)]
+        prompts = [x for x in drawn for _ in range(group)]
+        if i:
+            times.append(lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen))
+        else:
+            lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen)
+    sampling, upd, recompute = (statistics.median(x) for x in zip(*times, strict=True))
+    fl = Floor(c, DTYPES[dtype], repeats, device)
+    secs = phases(fl, fl.layers, n_prompts, group, p, t)
+    flops = phases(fl, fl.flops, n_prompts, group, p, t)
+    floor_sampling = secs["prompt"] + secs["decode"]
+    floor_update = secs["update_forward"] + secs["update_backward"]
+    step, floor = sampling + upd, floor_sampling + floor_update
+    row = {"size": size, "dtype": dtype, "device": str(device), "prompts": n_prompts,
+           "group": group,
+           "prompt_tokens": p, "new_tokens": t,
+           "parameters": sum(x.numel() for x in policy.parameters()),
+           "tflop": {k: v / 1e12 for k, v in flops.items()} | {"step": sum(flops.values()) / 1e12},
+           "gflops_measured": sum(flops.values()) / floor / 1e9,
+           "step_s": step, "sampling_s": sampling, "update_s": upd, "recompute_s": recompute,
+           "floor_s": floor, "floor_sampling_s": floor_sampling, "floor_update_s": floor_update,
+           "ratio": step / floor, "ratio_sampling": sampling / floor_sampling,
+           "ratio_update": upd / floor_update}
+    print(f"{size:5s} {dtype:9s} step {step:7.3f} s  floor {floor:7.3f} s  "
+          f"ratio {row['ratio']:.2f}x  (sampling {row['ratio_sampling']:.2f}x, "
+          f"update {row['ratio_update']:.2f}x; "
+          f"{row['tflop']['step']:.3f} TFLOP at {row['gflops_measured']:.0f} GFLOP/s;"
+          f" recompute {recompute:.3f} s)", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="nano,135m")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="timings per product shape")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes, for the tests")
+    ap.add_argument("--out", default="flop_floor")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    rows = [measure(size, dtype, a.steps, a.smoke, a.repeats)
+            for size in a.sizes.split(",") for dtype in a.dtypes.split(",")]
+    write_result(a.out, {"smoke": a.smoke, "steps": a.steps, "rows": rows}, threads=a.threads)
+
+
+if __name__ == "__main__":
+    main()
