@@ -68,3 +68,27 @@ def test_bf16_gradient_is_within_the_derived_rounding_bound_of_float32():
 def test_an_unknown_update_dtype_is_refused_with_the_valid_ones():
     with pytest.raises(ConfigError, match="optim.dtype 'fp16' unknown; valid: float32, bfloat16"):
         load_config(TrainConfig, None, ["optim.dtype=fp16"])
+
+
+@pytest.mark.parametrize("update_dtype", ["float32", "bfloat16"])
+def test_the_recompute_runs_in_the_updates_precision(update_dtype, tiny_policy_dir, tmp_path):
+    """With rollout.old_logp: recompute the anchor is the trained policy's own log-probs in
+    the update's precision, so one update over the whole batch in one micro-batch starts
+    every ratio at 1: only float32 accumulation order differs between the two passes
+    (~1e-6), far below the bf16-vs-float32 gap a float32 anchor leaves (ratio_max 1.0024
+    on this policy with the recompute outside autocast). The reference, equal to the policy
+    at step 1, is read the same way: its KL term is 0."""
+    import json
+
+    from lmpo.trainer.loop import train
+    from tests.test_trainer import tiny_cfg
+
+    cfg = tiny_cfg(tiny_policy_dir, "grpo", [
+        "steps=1", f"optim.dtype={update_dtype}", "rollout.old_logp=recompute",
+        "optim.minibatches=1", "optim.epochs=1", "optim.micro_batch_size=8",
+        "kl.coef=0.1", "log.policy_kl_every=1000"])
+    train(cfg, tmp_path / "run", progress=False)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert abs(row["loss/ratio_max"] - 1) < 1e-4 and abs(row["loss/ratio_mean"] - 1) < 1e-5
+    assert abs(row["loss/approx_kl"]) < 1e-8
+    assert abs(row["loss/term_kl"]) < 1e-5

@@ -20,7 +20,7 @@ from lmpo.rollout.precision import mismatch_metrics
 from lmpo.rollout.types import Rollout
 from lmpo.trainer.batch import forward_logprobs, score_rollout
 from lmpo.trainer.filters import Drawn
-from lmpo.trainer.update import TrainBatch
+from lmpo.trainer.update import TrainBatch, autocast
 
 
 @dataclass
@@ -120,11 +120,14 @@ def usable(drawn: Drawn, group: int) -> Scored:
 def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bool = False,
                    correction=None) -> tuple[TrainBatch, dict]:
     """The update's tensors and anchors, over every scored sample: the behaviour log-probs
-    (or their float32 recompute), the float32 pre-update log-probs where a diagnostic, the
-    anchor or a rollout `correction` needs them (with `rollout/logp_mismatch`, its mean
-    and _p99 over tokens; where the sampler `differs` from the float32 policy, a low-
-    precision or stale rollout, also that policy's entropy), the correction's weights and
-    mask, and the reference's log-probs where a KL needs them."""
+    (or their recompute), the pre-update log-probs where a diagnostic, the anchor or a
+    rollout `correction` needs them (with `rollout/logp_mismatch`, its mean and _p99 over
+    tokens; where the sampler `differs` from the trained policy, a low-precision or stale
+    rollout, also that policy's entropy), the correction's weights and mask, and the
+    reference's log-probs where a KL needs them. The recompute and the reference's pass
+    run in the update's precision (optim.dtype; float32 by default), as verl's actor and
+    reference compute theirs, so that the first ratio is 1 and the KL to an equal
+    reference 0."""
     rollout, row = scored.rollout, {}
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
@@ -132,7 +135,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
     pre_update, pre_entropy, fixed = None, None, None
     if (cfg.rollout.old_logp == "recompute" or differs or correction is not None
             or diagnostic_step(step, cfg)):
-        with torch.no_grad():
+        with torch.no_grad(), autocast(cfg, device):
             recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
                                                    temperature, with_entropy=differs)
         if differs:  # the float32 policy's entropy, not the rollout copy's
@@ -146,7 +149,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
             old_logp = pre_update
     ref_logp = None
     if cfg.kl.coef > 0 or diagnostic_step(step, cfg):
-        with torch.no_grad():
+        with torch.no_grad(), autocast(cfg, device):
             ref_logp, _ = forward_logprobs(state.reference, ids, mask, resp_ids, temperature,
                                            with_entropy=False)
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,

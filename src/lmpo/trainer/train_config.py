@@ -171,7 +171,8 @@ class OptimConfig:
     backward of the policy (and critic) under torch.autocast, as verl's FSDP mixed precision
     trains: matmuls in bfloat16, master weights, gradients and optimiser state float32, and
     the log-softmax, ratios and losses in float32 (lmpo.trainer.update, docs/precision.md).
-    Evaluation and the log-prob recompute stay float32; the rollout's is rollout.dtype."""
+    The log-prob recompute and the reference's pass run in it too (the first ratio is 1);
+    evaluation stays float32; the rollout's precision is rollout.dtype."""
 
 
 @dataclass
