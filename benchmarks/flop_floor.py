@@ -6,8 +6,8 @@ The step: lmpo's sampler (`lmpo.rollout.sample`, through the rollout copy of
 (`lmpo.trainer.update.update` under `optim.dtype`: shared prompt pass, forward/backward of
 the responses, AdamW). The trainer's bookkeeping (scoring, advantages, logs) is left out:
 `step_overhead.py` measures it at ~1.07x. With a low-precision rollout the trainer also
-runs a float32 no-grad pass for the mismatch diagnostic; it is timed and reported
-separately (`recompute_s`), outside both the step and the floor.
+runs a no-grad pass (in the update's precision) for the mismatch diagnostic; it is timed
+and reported separately (`recompute_s`), outside both the step and the floor.
 
 The floor: the step's matrix products, counted analytically (2 x rows x in x out per
 linear layer, the causal attention's QK^T and AV, the LM head only where logits are
@@ -143,7 +143,7 @@ def phases(fl: Floor, measure, prompts: int, group: int, p: int, t: int) -> dict
 
 def lmpo_step(policy, cfg, state, loss_fn, prompts: list[list[int]], t: int, gen):
     """(sampling s, update s, recompute s) of one step: the rollout copy refreshed and
-    sampled, then lmpo's update; with a low-precision rollout, the trainer's float32
+    sampled, then lmpo's update; with a low-precision rollout, the trainer's
     recompute timed on its own."""
     device = next(policy.parameters()).device
     t0 = clock(device)
@@ -155,8 +155,8 @@ def lmpo_step(policy, cfg, state, loss_fn, prompts: list[list[int]], t: int, gen
     ids, mask = (x.to(device) for x in r.full_sequences())
     resp_ids, resp_mask = r.response_ids.to(device), r.response_mask.float().to(device)
     recompute = 0.0
-    if cfg.rollout.dtype != "float32":
-        with torch.no_grad():
+    if cfg.rollout.dtype != "float32":  # as the trainer: in the update's precision
+        with torch.no_grad(), autocast(cfg, device):
             forward_logprobs(policy, ids, mask, resp_ids, with_entropy=True)
         recompute = clock(device) - t1
     t2 = clock(device)

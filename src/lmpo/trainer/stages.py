@@ -138,7 +138,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
         with torch.no_grad(), autocast(cfg, device):
             recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
                                                    temperature, with_entropy=differs)
-        if differs:  # the float32 policy's entropy, not the rollout copy's
+        if differs:  # the trained policy's entropy, not the rollout copy's
             pre_entropy = entropy * resp_mask
         row |= mismatch_metrics(old_logp, recomputed, resp_mask)
         pre_update = recomputed * resp_mask
