@@ -42,7 +42,7 @@ from lmpo.losses import get_loss
 from lmpo.rollout import RolloutModel, sample
 from lmpo.trainer.batch import forward_logprobs
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.update import TrainBatch, update
+from lmpo.trainer.update import TrainBatch, autocast, update
 
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
