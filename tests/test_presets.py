@@ -76,6 +76,17 @@ def test_a_method_preset_differs_from_its_base_only_in_its_method(name):
                                 f"{mine.get(k, '<unset>')!r}" for k in extra)
 
 
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - BASES))
+def test_a_method_whose_aggregation_is_the_method_states_it(name):
+    """LUSPO's length weighting and GMPO's per-sequence loss are their aggregation: a preset
+    that inherited the testbed's seq-mean-token-mean ran GSPO under LUSPO's name (the zoo's
+    first run: the two arms were identical to the last digit)."""
+    cfg = load_config(TrainConfig, name)
+    meta = loss_meta(cfg.loss.name)
+    if meta["agg_is_method"]:
+        assert cfg.loss.agg in (None, meta["default_agg"]), (name, cfg.loss.agg)
+
+
 def test_the_preset_rule_catches_a_testbed_change(tmp_path):
     """The rule above is not vacuous: a loss preset that also changes the lr fails it."""
     (tmp_path / "mine.yaml").write_text("extends: grpo\nloss: {name: cegppo}\n"

@@ -107,7 +107,8 @@ def bnpo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
     return ppo_clip(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
 
 
-@LOSSES.register("luspo", default_agg="seq-mean-token-sum", diagnostics=("loss/clipfrac",),
+@LOSSES.register("luspo", default_agg="seq-mean-token-sum", agg_is_method=True,
+                 diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"trl": TRL_CLIP}, domains=CLIP, title="LUSPO",
                  source="arXiv 2602.05261",

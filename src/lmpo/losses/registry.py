@@ -4,6 +4,9 @@ Registration metadata (`@LOSSES.register(name, **meta)`), read by the trainer, r
 docs and adapters so that none of them names a loss:
 
 - `default_agg`: the aggregation mode the method's paper uses.
+- `agg_is_method`: True when that aggregation is part of the method (LUSPO's length
+  weighting, GMPO's per-sequence mean): its preset states it instead of inheriting the
+  testbed's, which every other arm shares (a test checks it).
 - `title`, `source`, `summary`: the README's Methods table (`lmpo methods`).
 - `diagnostics`: metrics that show the mechanism in reports (`loss/...`, `diag/...`).
 - `acts`: {metric, above}: the metric that must exceed `above` in the first 20 steps of
@@ -31,7 +34,7 @@ LOSSES = Registry("loss", defaults={
     "acts": None, "engagement": None,
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
-    "batch_token_mean": False,
+    "batch_token_mean": False, "agg_is_method": False,
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
