@@ -187,14 +187,11 @@ def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
     vocab = c["vocab_size"]
     loss_fn = get_loss("ppo_clip")
     times = []
-    for i in range(steps + 1):  # the first is a warm-up
+    for _ in range(steps + 1):  # the first step warms up (dropped below)
         drawn = [torch.randint(3, vocab, (p,), generator=gen).tolist() for _ in range(n_prompts)]
         prompts = [x for x in drawn for _ in range(group)]
-        if i:
-            times.append(lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen))
-        else:
-            lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen)
-    sampling, upd, recompute = (statistics.median(x) for x in zip(*times, strict=True))
+        times.append(lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen))
+    sampling, upd, recompute = (statistics.median(x) for x in zip(*times[1:], strict=True))
     fl = Floor(c, DTYPES[dtype], repeats, device)
     secs = phases(fl, fl.layers, n_prompts, group, p, t)
     flops = phases(fl, fl.flops, n_prompts, group, p, t)
