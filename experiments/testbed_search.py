@@ -17,6 +17,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from statistics import fmean as mean
 
 from lmpo.config import load_config
 from lmpo.trainer.loop import train
@@ -69,7 +70,17 @@ GRIDS = {
                   "seed=0"]],
     # the committed base_long (lam 1, t7d1 + t8d1) on two more seeds, and its lam at 0.95
     "long_confirm": [["seed=1"], ["seed=2"], ["advantage.hparams.lam=0.95", "seed=0"]],
+    # the real testbed (run with --preset base_real): full fine-tuning vs LoRA, 40 steps,
+    # one seed each; LoRA at 10x the full fine-tune's lr, rank 16 on every linear layer
+    "real_full": [["optim.lr=5e-6", "seed=0"]],
+    "real_lora": [["optim.lr=5e-5", "lora.r=16", "lora.alpha=32",
+                   "lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                   "down_proj]", "seed=0"]],
+    # the chosen real testbed (full fine-tuning, base_real as committed) on two more seeds
+    "real_confirm": {"seed": ["1", "2"]},
 }
+# the real-testbed grids: 40 steps, evaluated at 0, 20 and 40
+REAL_FIXED = ["steps=40", "log.eval_every=20", "log.checkpoint_every=1000"]
 # every grid but "confirm" overrides the preset with these
 SEARCH_FIXED = ["steps=600", "rollout.batch_size=64", "rollout.group_size=8",
                 "optim.minibatches=4", "log.eval_every=200", "log.tensorboard=false",
@@ -80,7 +91,9 @@ FIXED = {"confirm": ["log.eval_every=100", "log.tensorboard=false"],
          "ppo": ["log.tensorboard=false"], "espo_preset": ["log.tensorboard=false"],
          "fresh_seeds": ["log.tensorboard=false"], "long_lr": ["log.tensorboard=false"],
          "long_more": ["log.tensorboard=false"], "long_lam": ["log.tensorboard=false"],
-         "long_confirm": ["log.tensorboard=false"]}
+         "long_confirm": ["log.tensorboard=false"],
+         "real_full": REAL_FIXED, "real_lora": REAL_FIXED,
+         "real_confirm": REAL_FIXED}
 
 
 def run_one(overrides: list[str], preset: str) -> dict:
@@ -108,7 +121,12 @@ def run_one(overrides: list[str], preset: str) -> dict:
             "per_tier_after": {k: v["accuracy"] for k, v in a["per_tier"].items()},
             "per_tier_before": {k: v["accuracy"] for k, v in b["per_tier"].items()},
             "trace_trained": trace,
-            "train_accuracy_last50": sum(r["reward/accuracy"] for r in rows[-50:]) / 50,
+            "train_accuracy_last50": mean(r["reward/accuracy"] for r in rows[-50:]),
+            # the response length and entropy at the start and end (first and last 10 steps)
+            "length_first10": mean(r["response/length_mean"] for r in rows[:10]),
+            "length_last10": mean(r["response/length_mean"] for r in rows[-10:]),
+            "entropy_first10": mean(r["policy/entropy"] for r in rows[:10]),
+            "entropy_last10": mean(r["policy/entropy"] for r in rows[-10:]),
             **espo}
 
 

@@ -169,8 +169,11 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
     assert judged[4]["verdict"] not in ("confounded", "not engaged") and \
         judged[4]["method"] == "paired t" and judged[4]["min_effect"] == 0.01
     assert all("ci_holm" in c and "mde" in c for c in judged)
-    effective = json.loads((tmp_path / "clean" / "report.json").read_text())["setup"][
-        "effective"]
+    setup = json.loads((tmp_path / "clean" / "report.json").read_text())["setup"]
+    # each arm's policy is named: here every arm starts from the experiment's SFT run
+    assert setup["policies"] == {"grpo": str(sft_run[0]), "cegppo": str(sft_run[0])}
+    assert f"policy `{sft_run[0]}`" in (tmp_path / "clean" / "report.md").read_text()
+    effective = setup["effective"]
     for arm in ("grpo", "cegppo"):
         assert set(effective[arm]) == set(EFFECTIVE) | {"pre_clip_norm"}
         assert effective[arm]["update_share"]["mean"] == 1.0

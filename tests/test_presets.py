@@ -4,7 +4,9 @@ shows it acting in its preset."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -175,3 +177,26 @@ def test_the_mechanism_acts_in_the_first_20_steps(name, sft_run, tmp_path):
     print(f"{name} {acts['metric']}: step 20 {values[-1]:.4g}, mean over 20 steps "
           f"{sum(values) / len(values):.4g}")
     assert max(values) > acts["above"], (acts, values)
+
+
+def test_the_real_testbed_is_the_surveyed_candidate_that_met_the_bar():
+    """base_real trains on the survey's chosen candidate (the same task, parameters and
+    system turn), and the committed survey shows it in the bar docs/testbed.md sets: warm
+    sampled accuracy 20-60%, mean response 32-96 tokens; bf16 rollouts and updates."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "survey", root / "experiments" / "real_testbed_survey.py")
+    survey = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(survey)
+    task, params, system = survey.CANDIDATES["products_2x1_steps"]
+    cfg = load_config(TrainConfig, "base_real")
+    shared = {k: v for k, v in cfg.task_params.items() if k != "tiers"}
+    (trained,) = cfg.rollout.clusters
+    assert (cfg.task, shared | cfg.task_params["tiers"][trained], cfg.system_prompt) == \
+        (task, params, system)
+    rows = [json.loads(x) for x in (root / "experiments/results/real_survey.jsonl").open()]
+    (row,) = [r for r in rows if r["candidate"] == "products_2x1_steps"]
+    assert 0.2 <= row["sampled_accuracy"] <= 0.6 and 32 <= row["sampled_length_mean"] <= 96
+    assert cfg.rollout.max_new_tokens == row["max_new_tokens"]
+    assert (cfg.rollout.dtype, cfg.optim.dtype) == ("bfloat16", "bfloat16")
+    assert cfg.policy == "smollm2-135m-instruct" and cfg.reward.fn == "last_number"

@@ -151,6 +151,7 @@ def setup(data: dict, root: Path) -> dict:
         "experiment": exp.name, "description": exp.description, "notes": exp.notes,
         "seeds": exp.seeds,
         "steps": exp.steps, "arms": {a.name: a.preset for a in exp.arms},
+        "policies": {a: f.get("policy") for a, f in arm_configs(data).items()},
         "differences": differences(data), "lmpo_version": __version__,
         "commit": git_commit(), "machine": machine(),
         "sweep_wall_s": sum(s.get("wall_s") or 0.0 for s in sweeps),
@@ -211,7 +212,9 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
     arms = list(table)
     labels = list(dict.fromkeys(label for t in table.values() for label in t))
     lines = [f"# {info['experiment']}: {info['description']}", "", "## Setup", "",
-             "- arms: " + ", ".join(f"`{a}` (preset `{p}`)" for a, p in info["arms"].items()),
+             "- arms: " + ", ".join(
+                 f"`{a}` (preset `{p}`, policy `{info.get('policies', {}).get(a, '-')}`)"
+                 for a, p in info["arms"].items()),
              f"- seeds {info['seeds']}, {info['steps']} steps each; "
              f"{info['finished']} of {info['runs']} runs finished"
              + (f" (not finished, left out: {', '.join(info['unfinished'])})"
