@@ -208,13 +208,19 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None) -> 
     return out
 
 
+def arm_policy(info: dict, arm: str) -> str:
+    """", policy `X`" for an arm whose policy the report names (reports made before they
+    named it render as they were)."""
+    policy = (info.get("policies") or {}).get(arm)
+    return f", policy `{policy}`" if policy else ""
+
+
 def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> str:
     arms = list(table)
     labels = list(dict.fromkeys(label for t in table.values() for label in t))
     lines = [f"# {info['experiment']}: {info['description']}", "", "## Setup", "",
-             "- arms: " + ", ".join(
-                 f"`{a}` (preset `{p}`, policy `{info.get('policies', {}).get(a, '-')}`)"
-                 for a, p in info["arms"].items()),
+             "- arms: " + ", ".join(f"`{a}` (preset `{p}`{arm_policy(info, a)})"
+                                     for a, p in info["arms"].items()),
              f"- seeds {info['seeds']}, {info['steps']} steps each; "
              f"{info['finished']} of {info['runs']} runs finished"
              + (f" (not finished, left out: {', '.join(info['unfinished'])})"
