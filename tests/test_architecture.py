@@ -120,7 +120,7 @@ TRAINER = sorted((SRC / "trainer").glob("*.py"))
 def method_words() -> set[str]:
     """Names of every registered part and method preset, and the metric prefixes the
     parts declare (espo/, or/, ...)."""
-    bases = {"base", "base_ac", "real-demo", "demo"}
+    bases = {"base", "base_ac", "base_long", "base_real", "real-demo", "demo"}
     words = set(list_losses()) | set(list_advantages()) | set(list_controllers())
     words |= set(presets.names("train")) - bases
     words.discard("none")  # the absence of a controller, and an English word

@@ -21,8 +21,12 @@ TINY = ["rollout.batch_size=8", "rollout.max_new_tokens=6", "rollout.pool_size=6
 
 
 def tiny_cfg(policy_dir, preset="grpo", extra=()):
+    # the tiny character-level tokenizer has no chat template: a preset written for a chat
+    # model (base_real) runs it with raw prompts
+    chat = load_config(TrainConfig, preset).prompt_format == "chat"
+    raw = ["prompt_format=raw", "system_prompt=null"] if chat else []
     return load_config(TrainConfig, preset,
-                       [f"policy={policy_dir}", *TINY, *extra])
+                       [f"policy={policy_dir}", *TINY, *raw, *extra])
 
 
 def test_required_presets_exist():
