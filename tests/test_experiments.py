@@ -230,6 +230,18 @@ def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, 
         compare(exp, tmp_path / "out", live=False)
 
 
+def test_a_sweep_starts_its_runs_seed_by_seed(tiny_policy_dir, tmp_path):
+    """A sweep stopped part-way holds whole seeds of every arm: runs start seed-major, in
+    the file's arm order, whatever order plan() lists them in."""
+    from lmpo.experiments.sweep import plan, start_order
+
+    exp = experiment(tmp_path, tiny_policy_dir, seeds=3, steps=2)
+    runs = plan(exp, tmp_path / "out", jobs=1)
+    assert [(r.arm, r.seed) for r in runs][:2] == [("grpo", 0), ("grpo", 1)]  # arm-major
+    assert [(r.arm, r.seed) for r in start_order(exp, runs)] == [
+        ("grpo", 0), ("cegppo", 0), ("grpo", 1), ("cegppo", 1), ("grpo", 2), ("cegppo", 2)]
+
+
 def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
     from lmpo.config import load_config, to_dict
     from lmpo.experiments.sweep import config_changes

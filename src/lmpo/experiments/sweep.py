@@ -12,7 +12,9 @@ Every run is `python -m lmpo train --config configs/... --run-dir runs/... --res
 so a second invocation skips finished runs and continues killed ones from their
 checkpoints (a run is deterministic for a given thread count, and `--jobs J` fixes
 threads = cores / J). Run processes die with the sweep (Linux parent-death signal),
-so `kill -9` of the sweep leaves nothing running. `--list` prints the commands for
+so `kill -9` of the sweep leaves nothing running. Pending runs start seed by seed (every
+arm of the first seed, then of the next), so a sweep stopped part-way holds whole seeds
+of every arm rather than every seed of the first arms. `--list` prints the commands for
 another scheduler; `lmpo report` reads the directories whatever ran them.
 """
 
@@ -116,6 +118,12 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
     return runs
 
 
+def start_order(exp: Experiment, runs: list[Run]) -> list[Run]:
+    """`runs` seed by seed, in the experiment's arm order within each seed."""
+    arm_index = {arm.name: i for i, arm in enumerate(exp.arms)}
+    return sorted(runs, key=lambda r: (exp.seeds.index(r.seed), arm_index[r.arm]))
+
+
 def engine_refusals(engine: str, cfg) -> list[str]:
     """What `engine` cannot express in `cfg` (lmpo expresses everything)."""
     if engine == "trl":
@@ -186,7 +194,7 @@ def execute(exp: Experiment, runs: list[Run], out: Path, jobs: int, *, live: boo
     from rich.live import Live
 
     console = Console()
-    queue = [r for r in runs if r.status == "pending"]
+    queue = start_order(exp, [r for r in runs if r.status == "pending"])
     procs: dict[str, tuple[Run, subprocess.Popen]] = {}
     started = time.time()
     history = out / "sweep.json"
