@@ -10,7 +10,7 @@ TRL_VENV := .venv-trl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
-.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench clean \
+.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench bench-trl clean \
 	gpu-wheels
 
 install: $(STAMP)
@@ -101,6 +101,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/rollout_mismatch.py --real
 	$(PY) benchmarks/oracle_savings.py
 	$(PY) benchmarks/condition_cost.py
+	$(PY) benchmarks/flop_floor.py --steps 3
+
+# The benchmarks against TRL, in TRL's environment (each writes benchmarks/results/*.json)
+bench-trl: $(TRL_VENV)/.installed-stamp
+	$(TRL_VENV)/bin/python benchmarks/vs_trl.py
+	$(TRL_VENV)/bin/python benchmarks/vs_trl.py --sizes smollm2 --precision bf16 --out vs_trl_bf16
+	$(TRL_VENV)/bin/python benchmarks/rm_vs_trl.py --epochs 2 --rounds 2
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
