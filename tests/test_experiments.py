@@ -14,7 +14,7 @@ import yaml
 
 from lmpo.errors import ConfigError
 from lmpo.experiments.report import report
-from lmpo.experiments.spec import load_experiment, parse_experiment
+from lmpo.experiments.spec import arm_config, check_differs, load_experiment, parse_experiment
 from lmpo.experiments.stats import EFFECTIVE, reduce_metric, summarize
 from lmpo.experiments.sweep import compare
 from lmpo.trainer.train_config import TrainConfig
@@ -75,7 +75,6 @@ def experiment(tmp_path, policy, arms=None, differs_in=("loss",), seeds=2, steps
 
 def test_the_demo_experiment_is_matched():
     exp = load_experiment("demo")
-    from lmpo.experiments.spec import check_differs
 
     assert set(check_differs(exp)) == {"loss.agg", "loss.hparams.beta1", "loss.hparams.beta2",
                                        "loss.name"}
@@ -228,6 +227,25 @@ def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, 
                    "expect": "greater", "sentence": "s"}]
     with pytest.raises(ConfigError, match=r"holds a different experiment .*claims differ"):
         compare(exp, tmp_path / "out", live=False)
+
+
+def test_a_base_hparam_an_arm_would_silently_lose_is_an_error(tiny_policy_dir, tmp_path):
+    """A base's shared loss.hparams (no loss name) are meant for every arm; an arm that
+    names another loss than its preset's would keep none of them (config.merge), so the
+    experiment is refused, naming the key. Restated in the arm, or a base that names its
+    loss (whose hparams belong to that loss), it builds."""
+    arms = {"grpo": {"preset": "grpo"},
+            "cegppo": {"preset": "grpo", "overrides": {"loss": {"name": "cegppo"}}}}
+    exp = experiment(tmp_path, tiny_policy_dir, arms=arms)
+    exp.base["loss"] = {"hparams": {"clip_ratio_c": 10.0}}
+    with pytest.raises(ConfigError, match=r"arm 'cegppo': the base's "
+                                          r"loss\.hparams\.clip_ratio_c would not apply"):
+        check_differs(exp)
+    exp.arms[1].overrides["loss"]["hparams"] = {"clip_ratio_c": 10.0}
+    assert arm_config(exp, exp.arms[1], 0).loss.hparams["clip_ratio_c"] == 10.0
+    exp.arms[1].overrides["loss"].pop("hparams")
+    exp.base["loss"] = {"name": "ppo_clip", "hparams": {"clip_ratio_c": 10.0}}
+    assert "clip_ratio_c" not in arm_config(exp, exp.arms[1], 0).loss.hparams
 
 
 def test_a_sweep_starts_its_runs_seed_by_seed(tiny_policy_dir, tmp_path):

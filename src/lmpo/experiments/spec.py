@@ -161,11 +161,31 @@ def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
     return data
 
 
+def dropped_base_hparams(exp: Experiment, data: dict) -> list[str]:
+    """The base's shared hyper-parameters an arm would silently lose: a base section that
+    names no function (`loss: {hparams: {clip_ratio_c: 10}}`) is meant for every arm, but
+    an arm that names another function than its preset's keeps none of the hparams it
+    inherits (lmpo.config.merge). A base that names the function keeps that rule."""
+    lost = []
+    for section, shared in exp.base.items():
+        if not isinstance(shared, dict) or "name" in shared or not shared.get("hparams"):
+            continue
+        kept = (data.get(section) or {}).get("hparams") or {}
+        lost += [f"{section}.hparams.{k}" for k in shared["hparams"] if k not in kept]
+    return lost
+
+
 def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
                ) -> TrainConfig:
     where = f"experiment {exp.name!r}, arm {arm.name!r}"
+    data = arm_data(exp, arm, seed, threads=threads)
+    lost = dropped_base_hparams(exp, data)
+    if lost:
+        raise ConfigError(f"{where}: the base's {', '.join(lost)} would not apply: the arm "
+                          "names another function than its preset's, which keeps none of "
+                          "the hparams it inherits; restate them in the arm's overrides")
     try:
-        return build(TrainConfig, arm_data(exp, arm, seed, threads=threads))
+        return build(TrainConfig, data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
