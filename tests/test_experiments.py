@@ -75,7 +75,6 @@ def experiment(tmp_path, policy, arms=None, differs_in=("loss",), seeds=2, steps
 
 def test_the_demo_experiment_is_matched():
     exp = load_experiment("demo")
-
     assert set(check_differs(exp)) == {"loss.agg", "loss.hparams.beta1", "loss.hparams.beta2",
                                        "loss.name"}
 
