@@ -20,6 +20,7 @@ from lmpo.experiments.results import load, readme_rows, rendered
 from lmpo.experiments.spec import arm_config, check_differs, load_experiment
 from lmpo.trainer.loop import train
 from tests.test_experiments import TINY_BASE
+from tests.test_trainer import for_tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
@@ -115,9 +116,7 @@ def test_every_arm_runs_two_steps_and_logs_what_its_claims_read(name, tiny_polic
     for arm in exp.arms:
         read = {c["metric"] for c in exp.claims if arm.name in c["arms"]}
         cfg = arm_config(exp, arm, seed=0, threads=1)
-        if cfg.prompt_format == "chat":  # the tiny tokenizer has no chat template
-            cfg = replace(cfg, prompt_format="raw", system_prompt=None)
-        train(cfg, tmp_path / arm.name, progress=False)
+        train(for_tiny_tokenizer(cfg), tmp_path / arm.name, progress=False)
         rows = [json.loads(x) for x in (tmp_path / arm.name / "metrics.jsonl").open()]
         assert [r["step"] for r in rows] == [1, 2]
         logged = set().union(*rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,13 +21,17 @@ TINY = ["rollout.batch_size=8", "rollout.max_new_tokens=6", "rollout.pool_size=6
         "log.eval_per_tier=4", "log.eval_max_new_tokens=6", "log.tensorboard=false"]
 
 
+def for_tiny_tokenizer(cfg):
+    """The tiny character-level tokenizer has no chat template: a config written for a chat
+    model (base_real) runs on it with raw prompts."""
+    if cfg.prompt_format != "chat":
+        return cfg
+    return replace(cfg, prompt_format="raw", system_prompt=None)
+
+
 def tiny_cfg(policy_dir, preset="grpo", extra=()):
-    # the tiny character-level tokenizer has no chat template: a preset written for a chat
-    # model (base_real) runs it with raw prompts
-    chat = load_config(TrainConfig, preset).prompt_format == "chat"
-    raw = ["prompt_format=raw", "system_prompt=null"] if chat else []
-    return load_config(TrainConfig, preset,
-                       [f"policy={policy_dir}", *TINY, *raw, *extra])
+    return for_tiny_tokenizer(
+        load_config(TrainConfig, preset, [f"policy={policy_dir}", *TINY, *extra]))
 
 
 def test_required_presets_exist():
