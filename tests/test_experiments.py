@@ -274,12 +274,14 @@ def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
     assert config_changes(tmp_path, cfg) == "optim.lr: 2e-05 -> 0.0001"
 
 
-def test_list_prints_each_runs_command(tiny_policy_dir, tmp_path, capsys):
+def test_list_prints_each_runs_command_in_start_order(tiny_policy_dir, tmp_path, capsys):
     exp = experiment(tmp_path, tiny_policy_dir)
     assert compare(exp, tmp_path / "out", list_only=True) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and all(" -m lmpo train --config " in x and x.endswith("--resume")
                                    for x in lines)
+    assert [re.search(r"configs/(\S+)\.yaml", x).group(1) for x in lines] == [
+        "grpo-seed0", "cegppo-seed0", "grpo-seed1", "cegppo-seed1"]
     assert not (tmp_path / "out" / "runs").exists()
 
 

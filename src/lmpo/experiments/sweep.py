@@ -14,8 +14,8 @@ checkpoints (a run is deterministic for a given thread count, and `--jobs J` fix
 threads = cores / J). Run processes die with the sweep (Linux parent-death signal),
 so `kill -9` of the sweep leaves nothing running. Pending runs start seed by seed (every
 arm of the first seed, then of the next), so a sweep stopped part-way holds whole seeds
-of every arm rather than every seed of the first arms. `--list` prints the commands for
-another scheduler; `lmpo report` reads the directories whatever ran them.
+of every arm rather than every seed of the first arms. `--list` prints the commands, in
+that order, for another scheduler; `lmpo report` reads the directories whatever ran them.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                 shutil.rmtree(out, ignore_errors=True)
             raise
         if list_only:
-            for run in runs:
+            for run in start_order(exp, runs):
                 print(shlex.join(run.command()) if run.status != "refused"
                       else f"# refused: {run.name}: {run.error}")
             return 0
