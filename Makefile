@@ -95,7 +95,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py
 	$(PY) benchmarks/rollout_speed.py
 	$(PY) benchmarks/rollout_speed.py --fixed-length --sizes nano --nano-policy none \
-		--batches 256 --max-new-tokens 48 --out rollout_speed_fixed
+		--batches 256 --max-new-tokens 48 --out rollout_speed_fixed --repeats 9
 	$(PY) benchmarks/real_sampling.py
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/rollout_mismatch.py --real
