@@ -19,28 +19,55 @@ from lmpo.advantages import advantage_meta
 from lmpo.trainer.batch import critic_values, explained_variance
 
 
-def critic_advantages(state, batch, scored, cfg) -> dict:
+def token_rewards(batch, scored, cfg) -> torch.Tensor:
+    """[B, T]: each response's score on its last token, less the KL to the reference where
+    `kl.mode: reward` puts it there."""
     b, t = batch.resp_ids.shape
-    with torch.no_grad():
-        batch.old_values = critic_values(state.critic, batch.ids, batch.mask, t) * batch.resp_mask
     rewards = torch.zeros(b, t, device=batch.resp_ids.device)
     rewards[torch.arange(b), scored.rollout.lengths - 1] = scored.scores.to(rewards.device)
     if cfg.kl.coef > 0 and cfg.kl.mode == "reward":
         rewards = rewards - cfg.kl.coef * (batch.old_logp - batch.ref_logp) * batch.resp_mask
-    batch.adv, batch.returns, metrics = state.estimator(rewards, batch.old_values,
-                                                        batch.resp_mask)
+    return rewards
+
+
+def critic_advantages(state, batch, scored, cfg) -> dict:
+    t = batch.resp_ids.shape[1]
+    with torch.no_grad():
+        batch.old_values = critic_values(state.critic, batch.ids, batch.mask, t) * batch.resp_mask
+    batch.adv, batch.returns, metrics = state.estimator(token_rewards(batch, scored, cfg),
+                                                        batch.old_values, batch.resp_mask)
     return metrics | {"value/explained_variance": explained_variance(
         batch.old_values, batch.returns, batch.resp_mask)}
 
 
-def group_advantages(state, batch, scored, cfg) -> dict:
-    b, t = batch.resp_ids.shape
+def group_sequence_advantages(estimator, name: str, scored) -> tuple[torch.Tensor, dict]:
+    """A group estimator's [B] advantages over the scored samples (with their tiers, and
+    their lengths where the estimator wants them)."""
     tiers = [p.cluster for p in scored.problems]
     extra = {"lengths": scored.rollout.response_mask.sum(-1)} \
-        if advantage_meta(cfg.advantage.name)["wants_lengths"] else {}
-    seq_adv, metrics = state.estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
+        if advantage_meta(name)["wants_lengths"] else {}
+    return estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
+
+
+def group_advantages(state, batch, scored, cfg) -> dict:
+    b, t = batch.resp_ids.shape
+    seq_adv, metrics = group_sequence_advantages(state.estimator, cfg.advantage.name, scored)
     batch.adv = seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+    tiers = [p.cluster for p in scored.problems]
     return metrics | token_zero_frac(seq_adv, scored.rollout.response_mask, tiers)
+
+
+def comparator_advantages(estimator, name: str, batch, scored, cfg) -> torch.Tensor:
+    """[B, T] advantages of a comparator's `estimator` (registered as `name`, with its own
+    state) on this batch, leaving the batch as it is: a group estimator on the samples'
+    scores, a critic estimator on the run's critic values and token rewards."""
+    b, t = batch.resp_ids.shape
+    if advantage_meta(name)["needs_critic"]:
+        adv, _, _ = estimator(token_rewards(batch, scored, cfg), batch.old_values,
+                              batch.resp_mask)
+        return adv
+    seq_adv, _ = group_sequence_advantages(estimator, name, scored)
+    return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
 
 
 def update_advantage_size(batch) -> dict[str, float]:

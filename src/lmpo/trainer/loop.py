@@ -23,6 +23,7 @@ from lmpo.trainer.setup import Run, open_run, progress_bar, training_pool
 from lmpo.trainer.stages import (
     Clock,
     after_update,
+    diagnostic_step,
     draw_and_score,
     population_metrics,
     step_metrics,
@@ -105,8 +106,12 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages
     row |= bound.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
+    shadows = state.shadows  # same-batch comparators (log.comparators), or None
+    if shadows is not None:
+        shadows.begin_step(state, batch, scored, cfg, diagnostic=diagnostic_step(step, cfg))
     # ================================================================ update
-    row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step)
+    row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step,
+                  shadows=shadows)
     clock.mark("updated")
     # ================================================================ diagnostics
     row |= after_update(step, cfg, state, bound, batch)
@@ -116,5 +121,7 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
         | rt.reward.pop_metrics() | controller_diag
     state.controller.observe(row, step)
     row |= state.controller.metrics()
+    if shadows is not None:
+        row |= shadows.end_step(row, step)
     return row | clock.times(scored.rollout.num_generated)
 

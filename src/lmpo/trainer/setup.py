@@ -30,6 +30,7 @@ from lmpo.trainer.checkpoint import (
 from lmpo.trainer.history import PolicyHistory
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
+from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
 from lmpo.warmstart import resolve_policy
@@ -163,6 +164,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         critic_opt=torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None,
         controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
+        shadows=build_shadows(cfg),
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     return Run(run_dir, cfg, bound, task, rt, heldout, state)

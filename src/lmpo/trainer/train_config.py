@@ -209,6 +209,16 @@ class LogConfig:
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Parameters of the post-update diagnostics (lmpo.losses.diagnostics), by name: these
     override the loss's own hyper-parameter and the diagnostic's default."""
+    comparators: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Same-batch comparators (lmpo.trainer.shadow), by name: {loss: {name, hparams, agg},
+    advantage: {name, hparams}, controller: {name, hparams}}, each part left out being the
+    run's own. Evaluated on every minibatch without changing the update; logs
+    shadow/<name>/weight_tv, weight_cos, adv_tv (an estimator), stop_diff (a controller).
+    `lmpo compare` gives each arm of a two-arm claim the other arm's parts."""
+    shadow_grad_cos: bool = False
+    """With comparators: on diagnostic steps, also the cosine of the two parameter gradients
+    of the policy-loss term over the first minibatch (shadow/<name>/grad_cos; one extra
+    backward pass per comparator and one for the run's own term)."""
 
 
 @dataclass

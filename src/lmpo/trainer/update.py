@@ -73,10 +73,12 @@ def combine(sums: dict, key: str, value: float, weight: float) -> None:
 
 
 def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
-                         mb: torch.Tensor, cfg) -> tuple[dict[str, float], str | None]:
+                         mb: torch.Tensor, cfg, shadows=None) -> tuple[dict[str, float],
+                                                                       str | None]:
     """Forward and backward over the micro-batches of minibatch `mb` (sample indices);
     gradients accumulate in `.grad`. Returns (metrics, name of a non-finite term or None);
-    on a non-finite term it stops before that micro-batch's backward."""
+    on a non-finite term it stops before that micro-batch's backward. `shadows`
+    (lmpo.trainer.shadow) see each micro-batch's log-probs without changing anything."""
     resp_mask = batch.resp_mask if batch.update_mask is None else batch.update_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
               # seq-mean-token-sum-norm's horizon: the fixed generation budget, not the longest row
@@ -95,6 +97,9 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                                          batch.resp_ids[micro], cfg.rollout.temperature,
                                          share_prompts=cfg.optim.shared_prefix)
         loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
+        if shadows is not None:
+            shadows.micro(logp, batch, micro, m, counts, agg, loss_fn,
+                          [p for p in policy.parameters() if p.requires_grad])
         if batch.is_weights is not None:  # as verl: pg_losses * rollout_is_weights
             loss_tok = loss_tok * batch.is_weights[micro]
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
@@ -139,7 +144,8 @@ def clip_metrics(norm: float, clip: float) -> dict[str, float]:
             "grad/step_norm": norm * min(1.0, clip / (norm + 1e-6))}
 
 
-def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int) -> dict:
+def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int,
+           shadows=None) -> dict:
     """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
     optimiser steps. Returns the metrics averaged over the applied updates (a _min or _max
     metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after
@@ -153,7 +159,10 @@ def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step:
             state.opt.zero_grad(set_to_none=True)
             if critic is not None:
                 state.critic_opt.zero_grad(set_to_none=True)
-            metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch, mb, cfg)
+            metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch, mb, cfg,
+                                                shadows)
+            if shadows is not None:
+                shadows.end_minibatch()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.optim.grad_clip)
             if bad is None and not torch.isfinite(grad_norm):
                 bad = "policy gradient"

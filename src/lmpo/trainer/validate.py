@@ -181,3 +181,9 @@ def check_parts(cfg) -> None:
         raise ConfigError(f"controller {cfg.controller.name!r} (with these hparams) needs the "
                           "critic's per-step values: set advantage.name to an estimator that "
                           f"trains a critic ({', '.join(critics)})")
+    from lmpo.trainer.shadow import build_comparators
+
+    build_comparators(cfg)  # a bad comparator part fails now, naming its key
+    if cfg.log.shadow_grad_cos and not cfg.log.comparators:
+        raise ConfigError("log.shadow_grad_cos compares the run's gradient with a comparator's: "
+                          "it needs log.comparators")

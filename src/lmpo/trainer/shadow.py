@@ -1,0 +1,289 @@
+"""Same-batch comparators ("shadows"): how far another method's update would be from this
+run's, measured on this run's own batch, without changing the update.
+
+A run names comparators under `log.comparators`, each a set of parts that replace the
+run's own: a loss (name, hparams, agg), an advantage estimator, a rollout controller;
+a part left out is the run's. On every minibatch the policy-loss term's per-token
+gradient weights g = d(aggregated policy loss)/d logp are computed for the run's loss and
+for each comparator, on the same log-probs, anchors, advantages (the comparator's own
+estimator where it names one), mask and rollout-correction weights; KL, NLL and entropy
+terms are shared by design and left out. Logged per step, token-weighted over the step's
+minibatches:
+
+- `shadow/<name>/weight_tv`: total variation between the two weight vectors, each
+  normalised to unit L1 mass: 0 = the same direction in log-prob space, 1 = disjoint
+  (0 when both are all zero, 1 when only one is);
+- `shadow/<name>/weight_cos`: their cosine (1 when both are zero, 0 when only one is);
+- `shadow/<name>/adv_tv`: the same distance between the two advantage vectors (a
+  comparator estimator only);
+- `shadow/<name>/stop_diff`: the share of samples whose stop decision the comparator
+  controller, replayed on this rollout's regret (and values), would have made otherwise;
+- `shadow/<name>/grad_cos` (with `log.shadow_grad_cos`, on diagnostic steps): the cosine
+  of the two parameter gradients of the policy-loss term over the first minibatch.
+
+Nothing here draws random numbers or touches `.grad`, so a run's other metrics are
+bit-identical with and without comparators. A comparator with state (an EBPO estimator's
+moments, a controller's EMAs) keeps its own, checkpointed with the run (`state_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from lmpo.losses import aggregate
+
+PARTS = ("loss", "advantage", "controller")
+PREFIX = "shadow/"
+
+
+def l1_tv(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Total variation between `a` and `b` (1-D), each normalised to unit L1 mass: 0 when
+    both are all zero, 1 when only one is."""
+    a, b = a.double(), b.double()
+    na, nb = float(a.abs().sum()), float(b.abs().sum())
+    if na == 0 or nb == 0:
+        return 0.0 if na == nb else 1.0
+    return 0.5 * float((a / na - b / nb).abs().sum())
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cosine of `a` and `b` (1-D): 1 when both are all zero, 0 when only one is."""
+    a, b = a.double(), b.double()
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return max(-1.0, min(1.0, float(a @ b) / (na * nb)))  # rounding stays in [-1, 1]
+
+
+@dataclass
+class Comparator:
+    """One comparator, built: the parts it replaces (None = the run's own)."""
+
+    name: str
+    loss_fn: object | None = None
+    agg: str | None = None
+    estimator: object | None = None
+    estimator_name: str | None = None
+    controller: object | None = None
+    adv: torch.Tensor | None = None  # [B, T] this step's advantages (with an estimator)
+    _main: list = field(default_factory=list)  # this minibatch's weight vectors
+    _mine: list = field(default_factory=list)
+    _grads: list | None = None  # parameter gradient over the first minibatch
+
+    def state_dict(self) -> dict:
+        return {part: getattr(self, part).state_dict()
+                for part in ("estimator", "controller") if getattr(self, part) is not None}
+
+    def load_state_dict(self, state: dict) -> None:
+        for part, saved in state.items():
+            getattr(self, part).load_state_dict(saved)
+
+
+def build_comparators(cfg) -> list[Comparator]:
+    """The comparators `cfg.log.comparators` names, built (a bad part is a ConfigError
+    naming its key)."""
+    from lmpo.advantages import get_advantage
+    from lmpo.config import ConfigError
+    from lmpo.losses import default_aggregation, get_loss
+    from lmpo.rewards import reward_range
+    from lmpo.rollout import build_controller
+
+    out = []
+    for name, spec in (cfg.log.comparators or {}).items():
+        where = f"log.comparators.{name}"
+        if not isinstance(spec, dict) or set(spec) - set(PARTS) or not spec:
+            raise ConfigError(f"{where} must map some of {', '.join(PARTS)} to a part "
+                              f"({{name, hparams}}; a loss may add agg), got {spec!r}")
+        comp = Comparator(str(name))
+        try:
+            if "loss" in spec:
+                loss = dict(spec["loss"])
+                comp.loss_fn = get_loss(loss["name"], **(loss.get("hparams") or {}))
+                comp.agg = loss.get("agg") or cfg.loss.agg or default_aggregation(loss["name"])
+            if "advantage" in spec:
+                adv = dict(spec["advantage"])
+                comp.estimator = get_advantage(adv["name"], **(adv.get("hparams") or {}))
+                comp.estimator_name = adv["name"]
+            if "controller" in spec:
+                ctl = dict(spec["controller"])
+                low, high, failure = reward_range(cfg.reward)
+                comp.controller = build_controller(
+                    ctl["name"], ctl.get("hparams") or {}, total_steps=cfg.steps, seed=cfg.seed,
+                    failure_reward=failure, reward_range=(low, high))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc.args[0] if exc.args else exc}") from None
+        check_family(comp, cfg, where)
+        out.append(comp)
+    return out
+
+
+def check_family(comp: Comparator, cfg, where: str) -> None:
+    """A comparator estimator that trains a critic needs a run that has one."""
+    from lmpo.advantages import advantage_meta
+    from lmpo.config import ConfigError
+
+    name = comp.estimator_name
+    if name and advantage_meta(name)["needs_critic"] and not cfg.actor_critic:
+        raise ConfigError(f"{where}: estimator {name!r} needs the critic's values, and this run "
+                          "trains no critic")
+    if comp.controller is not None and comp.controller.needs_values and not cfg.actor_critic:
+        raise ConfigError(f"{where}: this controller needs the critic's per-step values, and "
+                          "this run trains no critic")
+
+
+def build_shadows(cfg) -> Shadows | None:
+    """The run's comparators (None when it names none)."""
+    comparators = build_comparators(cfg)
+    return Shadows(comparators, cfg.log.shadow_grad_cos) if comparators else None
+
+
+class Shadows:
+    """Every comparator of a run, fed by the trainer at each stage of a step."""
+
+    def __init__(self, comparators: list[Comparator], grad_cos: bool = False):
+        self.comparators = comparators
+        self.grad_cos = grad_cos
+        self._sums: dict[str, float] = {}
+        self._weight = 0.0
+        self._row: dict[str, float] = {}
+        self._want_grads = False
+
+    # ------------------------------------------------------------ per step
+    def begin_step(self, state, batch, scored, cfg, *, diagnostic: bool) -> None:
+        """Before the update: each comparator estimator's advantages on this batch (and
+        their distance from the run's), each controller's replayed stop decisions."""
+        from lmpo.trainer.advantage import comparator_advantages
+
+        self._sums, self._weight, self._row = {}, 0.0, {}
+        self._want_grads = self.grad_cos and diagnostic
+        keep = batch.keep.to(batch.adv.device)
+        mask = batch.resp_mask[keep].bool()
+        for comp in self.comparators:
+            comp._grads = None
+            if comp.estimator is not None:
+                comp.adv = comparator_advantages(comp.estimator, comp.estimator_name, batch,
+                                                 scored, cfg)
+                self._row[f"{PREFIX}{comp.name}/adv_tv"] = l1_tv(
+                    batch.adv[keep][mask], comp.adv[keep][mask])
+            if comp.controller is not None:
+                self._row[f"{PREFIX}{comp.name}/stop_diff"] = stop_diff(
+                    comp.controller, scored.rollout, state.critic, batch)
+
+    def micro(self, logp: torch.Tensor, batch, micro: torch.Tensor, m: torch.Tensor,
+              counts: dict, agg: str, loss_fn, params: list) -> None:
+        """One micro-batch of the update: the run's and each comparator's weights, from
+        the micro-batch's log-probs (detached: the run's graph is not touched)."""
+        if not self.comparators:
+            return
+        lp = logp.detach().requires_grad_(True)
+        valid = m.bool()
+        old, adv = batch.old_logp[micro], batch.adv[micro]
+        isw = None if batch.is_weights is None else batch.is_weights[micro]
+        main = token_weights(lp, old, adv, m, loss_fn, agg, counts, isw)
+        for comp in self.comparators:
+            mine = token_weights(lp, old, adv if comp.adv is None else comp.adv[micro], m,
+                                 comp.loss_fn or loss_fn, comp.agg or agg, counts, isw)
+            comp._main.append(main[valid])
+            comp._mine.append(mine[valid])
+            if self._want_grads:
+                self._param_grads(comp, logp, main, mine, params)
+
+    @staticmethod
+    def _param_grads(comp: Comparator, logp, main, mine, params: list) -> None:
+        """Accumulate both parameter gradients of the policy-loss term (J^T g) over the
+        first minibatch; `.grad` is left alone."""
+        both = [torch.autograd.grad(logp, params, grad_outputs=g.to(logp.dtype),
+                                    retain_graph=True, allow_unused=True) for g in (main, mine)]
+        flat = [torch.cat([(x if x is not None else torch.zeros_like(p)).flatten().double()
+                           for x, p in zip(gs, params, strict=True)]) for gs in both]
+        comp._grads = flat if comp._grads is None else [a + b for a, b in
+                                                        zip(comp._grads, flat, strict=True)]
+
+    def end_minibatch(self) -> None:
+        """Fold this minibatch's distances into the step's token-weighted sums."""
+        if not self.comparators:
+            return
+        n = None
+        for comp in self.comparators:
+            if not comp._main:
+                continue
+            a, b = torch.cat(comp._main), torch.cat(comp._mine)
+            comp._main, comp._mine = [], []
+            n = float(a.numel())
+            for key, value in (("weight_tv", l1_tv(a, b)), ("weight_cos", cosine(a, b))):
+                full = f"{PREFIX}{comp.name}/{key}"
+                self._sums[full] = self._sums.get(full, 0.0) + value * n
+            if comp._grads is not None:
+                self._row[f"{PREFIX}{comp.name}/grad_cos"] = cosine(*comp._grads)
+                comp._grads = None
+        if n is not None:
+            self._weight += n
+        self._want_grads = False  # the parameter gradients cover the first minibatch
+
+    def end_step(self, row: dict, step: int) -> dict:
+        """The step's shadow metrics; each comparator controller observes the run's row
+        (its warm-up reads the run's value loss), as the run's own controller does."""
+        out = dict(self._row)
+        if self._weight > 0:
+            out |= {k: v / self._weight for k, v in self._sums.items()}
+        for comp in self.comparators:
+            comp.adv = None
+            if comp.controller is not None:
+                comp.controller.observe(row, step)
+        return out
+
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict:
+        return {c.name: c.state_dict() for c in self.comparators}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A comparator the checkpoint does not hold starts fresh (`log.*` may change on
+        resume); the others continue from their saved state."""
+        for comp in self.comparators:
+            if comp.name in state:
+                comp.load_state_dict(state[comp.name])
+
+
+def token_weights(lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, m: torch.Tensor,
+                  loss_fn, agg: str, counts: dict, isw: torch.Tensor | None) -> torch.Tensor:
+    """g = d(aggregated policy loss)/d logp per token [b, T] (0 off the mask)."""
+    with torch.enable_grad():
+        loss_tok, _ = loss_fn(lp, old, adv, m)
+        if isw is not None:
+            loss_tok = loss_tok * isw
+        (g,) = torch.autograd.grad(aggregate(loss_tok, m, agg, **counts), lp,
+                                   allow_unused=True)
+    return torch.zeros_like(lp) if g is None else g.detach() * m
+
+
+def stop_diff(controller, rollout, critic, batch) -> float:
+    """Replay `controller` over `rollout` token by token (its own state, the rollout's
+    regret and values) and return the share of samples whose stop decision differs from
+    the one the run's controller made: a stop at another position, or a stop where there
+    was none (a stop at a row's EOS is an EOS, as in the sampler)."""
+    b, t = rollout.response_ids.shape
+    lengths = rollout.lengths
+    values = rollout.values
+    if controller.needs_values and values is None:
+        from lmpo.trainer.batch import critic_values
+
+        with torch.no_grad():
+            values = critic_values(critic, batch.ids, batch.mask, t).float().cpu()
+    regret = rollout.regret
+    first = torch.full((b,), -1, dtype=torch.long)
+    controller.begin_batch(b)
+    for step in range(t):
+        rows = ((lengths > step) & (first < 0)).nonzero().flatten()
+        if not len(rows):
+            break
+        stop = controller.step(rows, regret[rows, step],
+                               None if values is None else values[rows, step], step)
+        first[rows[stop]] = step
+    controller.end_batch(regret, lengths)
+    eos = torch.tensor([r == "eos" for r in rollout.stop_reason])
+    mine = (first >= 0) & ~(eos & (first == lengths - 1))
+    theirs = torch.tensor([r == "early_stop" for r in rollout.stop_reason])
+    same = (mine == theirs) & (~mine | (first == lengths - 1))
+    return float((~same).double().mean()) if b else 0.0
