@@ -36,6 +36,14 @@ class LossInputs:
         sel = self.mask if where is None else self.mask & where
         return float(masked_mean(x.detach().to(torch.float64), sel))
 
+    def shares(self, name: str, x: torch.Tensor) -> dict[str, float]:
+        """A mechanism's share of tokens two ways: `name` over every valid response token
+        (as the engines log it: verl's pg_clipfrac counts A = 0 tokens too) and
+        `name_active` over the tokens with A != 0, the ones any update can move (what
+        reports tabulate as the method's own diagnostic, docs/reproductions.md)."""
+        x = x.to(torch.float64) if x.dtype == torch.bool else x
+        return {name: self.mean(x), f"{name}_active": self.mean(x, self.adv != 0)}
+
 
 def _shape(t) -> tuple:
     return tuple(t.shape)

@@ -57,7 +57,7 @@ def clip_cov(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_cov_r
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
     loss = torch.maximum(loss1, loss2) * keep
     metrics = ratio_metrics(x) | clip_fractions(x, eps_low, eps_high) | {
-        "cov/selected_frac": x.mean((keep == 0).to(m.dtype))}
+        **x.shares("cov/selected_frac", (keep == 0).to(m.dtype))}
     return x.zero_off_mask(loss), metrics
 
 
@@ -91,5 +91,5 @@ def kl_cov(logp, old_logp, adv, mask, *, kl_cov_ratio=0.0002, ppo_kl_coef=0.1):
         top = flat_valid[torch.topk(cov, k, largest=True).indices]
         selected.view(-1)[top] = True
     loss = torch.where(selected, loss + ppo_kl_coef * x.rho.abs(), loss)
-    metrics = ratio_metrics(x) | {"cov/selected_frac": x.mean(selected.to(loss.dtype))}
+    metrics = ratio_metrics(x) | {**x.shares("cov/selected_frac", selected.to(loss.dtype))}
     return x.zero_off_mask(loss), metrics

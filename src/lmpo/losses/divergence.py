@@ -22,7 +22,7 @@ def _truncated_pg(x: LossInputs, keep: torch.Tensor, clip_ratio_c: float):
     loss = torch.where(keep, -x.adv * weight * x.logp, torch.zeros_like(x.logp))
     dropped = (~keep).to(x.logp.dtype)
     metrics = ratio_metrics(x) | {
-        "dppo/masked_frac": x.mean(dropped),
+        **x.shares("dppo/masked_frac", dropped),
         "dppo/truncated_frac": x.mean(((x.ratio > clip_ratio_c) & keep).to(x.logp.dtype)),
     }
     return x.zero_off_mask(loss), metrics
@@ -103,7 +103,7 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
         "drpo/weight_min": float(w[x.mask].min()) if any_valid else 1.0,
         "drpo/weight_max": float(w[x.mask].max()) if any_valid else 1.0,
         "drpo/weight_dev_max": float(dev[x.mask].max()) if any_valid else 0.0,
-        "drpo/deviated_frac": x.mean((dev > DEVIATED).to(w.dtype)),
+        **x.shares("drpo/deviated_frac", (dev > DEVIATED).to(w.dtype)),
         "drpo/penalty_mean": x.mean(penalty.detach()),
     }
     return x.zero_off_mask(loss), metrics

@@ -47,7 +47,8 @@ def geo_mean(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
     per_token = (-a_seq * s / n.clamp(min=1.0))[:, None].expand_as(x.rho)
     outside = x.rho != clamped
     metrics = ratio_metrics(x) | {
-        "clipfrac_high": x.mean((outside & (x.adv > 0)).to(m.dtype)),
-        "clipfrac_low": x.mean((outside & (x.adv < 0)).to(m.dtype))}
+        **x.shares("clipfrac_high", (outside & (x.adv > 0)).to(m.dtype)),
+        **x.shares("clipfrac_low", (outside & (x.adv < 0)).to(m.dtype))}
     metrics["clipfrac"] = metrics["clipfrac_high"] + metrics["clipfrac_low"]
+    metrics["clipfrac_active"] = metrics["clipfrac_high_active"] + metrics["clipfrac_low_active"]
     return x.zero_off_mask(per_token), metrics

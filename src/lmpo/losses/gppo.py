@@ -41,9 +41,9 @@ def cegppo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, beta1=0.5, b
     loss = torch.where(high, -beta2 * (1 + eps_high) * unit * x.adv, loss)
     lowf, highf = low.to(loss.dtype), high.to(loss.dtype)
     metrics = ratio_metrics(x) | {
-        "clipfrac": x.mean(lowf + highf),
-        "clipfrac_low": x.mean(lowf),
-        "clipfrac_high": x.mean(highf),
+        **x.shares("clipfrac", lowf + highf),
+        **x.shares("clipfrac_low", lowf),
+        **x.shares("clipfrac_high", highf),
     }
     dual = torch.zeros_like(low)
     if clip_ratio_c is not None:

@@ -17,9 +17,9 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
     low = ((x.ratio < 1 - eps_low) & (x.adv < 0)).to(x.ratio.dtype)
     high = ((x.ratio > 1 + eps_high) & (x.adv > 0)).to(x.ratio.dtype)
     return {
-        "clipfrac": x.mean(low + high),
-        "clipfrac_low": x.mean(low),
-        "clipfrac_high": x.mean(high),
+        **x.shares("clipfrac", low + high),
+        **x.shares("clipfrac_low", low),
+        **x.shares("clipfrac_high", high),
     }
 
 
@@ -78,7 +78,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
     loss = torch.maximum(loss1, loss2)
     seq = ratio.detach()
     metrics = ratio_metrics(x) | {
-        "clipfrac": x.mean((loss2 > loss1).to(loss.dtype)),
+        **x.shares("clipfrac", (loss2 > loss1).to(loss.dtype)),
         "seq_ratio_mean": x.mean(seq),
     }
     if clip_ratio_c is not None:
@@ -135,7 +135,7 @@ def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
     weight = x.ratio.clamp(1 - eps_low, 1 + eps_high).detach()
     loss = -weight * x.adv * x.logp
     metrics = ratio_metrics(x) | {
-        "clipfrac": x.mean((weight != x.ratio.detach()).to(loss.dtype)),
+        **x.shares("clipfrac", (weight != x.ratio.detach()).to(loss.dtype)),
     }
     return x.zero_off_mask(loss), metrics
 

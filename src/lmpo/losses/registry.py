@@ -11,7 +11,11 @@ docs and adapters so that none of them names a loss:
 - `diagnostics`: metrics that show the mechanism in reports (`loss/...`, `diag/...`).
 - `acts`: {metric, above}: the metric that must exceed `above` in the first 20 steps of
   the loss's preset (its mechanism acts at all; a smoke test).
-- `engagement`: the metric claims judge engagement by (docs/reproductions.md).
+- `engagement`: the method's own diagnostic, shown beside a claim's measured same-batch
+  engagement as context (docs/reproductions.md).
+- `mediates`: effective quantities (`lmpo.experiments.stats.EFFECTIVE`) a change to this
+  loss moves by design: never a confound of a claim whose arms differ in it (estimators
+  default to `adv_abs_mean`, controllers to `rollout_tokens` and `update_share`).
 - `post_update`: post-update diagnostics (`lmpo.losses.diagnostics`) the trainer runs on
   diagnostic steps, each with {diagnostic parameter: this loss's hyper-parameter}.
 - `peer_keys`: {"verl" | "trl": {hyper-parameter: (peer config key, fallback, ...)}}: the
@@ -31,7 +35,7 @@ from lmpo.registry import Registry
 
 LOSSES = Registry("loss", defaults={
     "default_agg": "token-mean", "title": "", "source": "", "summary": "", "diagnostics": (),
-    "acts": None, "engagement": None,
+    "acts": None, "engagement": None, "mediates": (),
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
     "batch_token_mean": False, "agg_is_method": False,

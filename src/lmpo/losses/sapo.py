@@ -43,5 +43,5 @@ def sapo(logp, old_logp, adv, mask, *, tau_pos=1.0, tau_neg=1.05):
     loss = -(s * 4.0 / tau) * x.adv
     weight = (4.0 * s * (1.0 - s)).detach()
     metrics = ratio_metrics(x) | {"sapo/gate_mean": x.mean(weight),
-                                  "sapo/damped_frac": x.mean((weight < DAMPED).to(loss.dtype))}
+                                  **x.shares("sapo/damped_frac", (weight < DAMPED).to(loss.dtype))}
     return x.zero_off_mask(loss), metrics

@@ -49,5 +49,5 @@ def vespo(logp, old_logp, adv, mask, *, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, la
     loss = -phi * x.adv * x.logp
     reweighted = ((phi - 1).abs() > 0.1).to(m.dtype)
     metrics = ratio_metrics(x) | {"vespo/phi_seq_mean": x.mean(phi),
-                                  "vespo/reweighted_frac": x.mean(reweighted)}
+                                  **x.shares("vespo/reweighted_frac", reweighted)}
     return x.zero_off_mask(loss), metrics
