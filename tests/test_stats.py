@@ -17,7 +17,7 @@ from lmpo.experiments.stats import (
     bootstrap_mean_ci,
     effective_flags,
     evaluate_claim,
-    holm_intervals,
+    holm_levels,
     interval,
     judge,
     mde_for,
@@ -83,15 +83,24 @@ def test_threshold_direction_only_and_above():
     assert r["effect"] == pytest.approx(-22.5) and r["verdict"] == "not met"
 
 
-@pytest.mark.parametrize("d,verdict", [(0.0625, "holds"), (0.0626, "not shown"),
-                                       (-0.0625, "holds"), (0.0, "holds")])
+@pytest.mark.parametrize("d,verdict", [(0.0625, "holds"), (0.0626, "contradicted"),
+                                       (-0.0625, "holds"), (0.0, "holds"),
+                                       (-0.0626, "contradicted")])
 def test_equivalence_verdicts_at_the_margin(d, verdict):
+    """Every seed's difference is d (a zero-width interval): within the margin it holds,
+    wholly outside it the equivalence is contradicted."""
     r = evaluate_claim(claim("equivalence", margin=0.0625), [x + d for x in A], A)
     assert r["verdict"] == verdict
 
 
-@pytest.mark.parametrize("ratio,verdict", [(1.25, "holds"), (1.2501, "not shown"),
-                                           (0.75, "holds"), (0.7499, "not shown")])
+def test_an_equivalence_interval_across_the_margin_is_not_shown():
+    diffs = [0.05, 0.1, 0.15, 0.0]  # mean 0.075, the interval spans 0.0625
+    r = evaluate_claim(claim("equivalence", margin=0.0625), diffs, [0.0] * 4)
+    assert r["ci"][0] < 0.0625 < r["ci"][1] and r.get("first", r["verdict"]) == "not shown"
+
+
+@pytest.mark.parametrize("ratio,verdict", [(1.25, "holds"), (1.2501, "contradicted"),
+                                           (0.75, "holds"), (0.7499, "contradicted")])
 def test_relative_equivalence_at_the_margin(ratio, verdict):
     c = claim("equivalence", margin=0.25, statistic="ratio")
     r = evaluate_claim(c, [ratio * x for x in A], A)
@@ -232,11 +241,12 @@ def test_holm_levels_widen_the_intervals_in_the_order_of_the_p_values():
     values = [(claims[0], [0.9, 1.1, 1.0, 1.2], [0.0] * 4),
               (claims[1], [0.3, -0.2, 0.4, 0.1], [0.0] * 4),
               (claims[2], [0.5, 0.4, 0.7, 0.6], [0.0] * 4)]
-    results = [judge(c, a, b) for c, a, b in values]
-    holm_intervals(results, values)
-    levels = [r["holm_level"] for r in results]
+    ps = [judge(c, a, b)["p"] for c, a, b in values]
+    levels = holm_levels(ps)
     assert levels == pytest.approx([1 - 0.05 / 3, 1 - 0.05, 1 - 0.05 / 2])
-    for r in results:
+    results = [judge(c, a, b, level=lv) for (c, a, b), lv in zip(values, levels, strict=True)]
+    for r, level in zip(results, levels, strict=True):
+        assert r["holm_level"] == level
         assert r["ci_holm"][0] <= r["ci"][0] and r["ci_holm"][1] >= r["ci"][1]
 
 
@@ -272,9 +282,15 @@ def test_config_confounds_match_by_prefix_and_never_count_seed_threads_log_impor
 
 def test_claim_fields_are_checked_before_any_run():
     arms = {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}
-    for extra, msg in [({"expects": ["tokens"]}, "expects names unknown quantities"),
+    for extra, msg in [({"expects": ["tokens"]}, "mediators name unknown quantities"),
+                       ({"mediators": ["tokens"]}, "mediators name unknown quantities"),
                        ({"engaged": [{"arm": "c", "metric": "m", "min": 1}]}, "unknown arm"),
-                       ({"engaged": [{"arm": "a", "metric": "m"}]}, "exactly one of min"),
+                       ({"engaged": [{"arm": "a", "metric": "m", "min": 1}]}, "its source"),
+                       ({"engaged": [{"arm": "a", "metric": "m", "source": "s"}]},
+                        "exactly one of min"),
+                       ({"comparator": "c"}, "comparator must name an arm"),
+                       ({"engaged_floor": 1.5}, r"engaged_floor must be a number in \(0, 1\)"),
+                       ({"at": "L0"}, "`at` needs the experiment's conditions"),
                        ({"min_effect": -1}, "min_effect must be a number > 0"),
                        ({"differs_in": "loss"}, "differs_in must be a list")]:
         with pytest.raises(ConfigError, match=msg):

@@ -292,7 +292,7 @@ def cmd_export_data(args) -> int:
 
         if args.config or not args.arm:
             raise ConfigError("--experiment takes --arm (and --seed), not --config")
-        exp = load_experiment(args.experiment)
+        exp = load_experiment(args.experiment).expand()  # --arm may be `arm@level`
         cfg = arm_config(exp, exp.arm(args.arm), args.seed)
         if overrides:
             raise ConfigError("--experiment exports the arm's config as it is: no overrides")

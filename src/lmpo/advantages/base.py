@@ -13,6 +13,7 @@ DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it 
 ADVANTAGES = Registry("advantage estimator", defaults={
     "needs_critic": False, "wants_clusters": False, "wants_lengths": False, "peer_keys": {},
     "diagnostics": (), "engagement": None,
+    "mediates": ("adv_abs_mean",),  # what a change of estimator changes by design
     "preset_keys": (), "title": "", "source": "", "summary": ""})
 
 

@@ -4,11 +4,13 @@ three audits that come before any verdict (docs/reproductions.md):
 - config: the claim's arms differ in a resolved config key outside its `differs_in`
   (prefix match; seed, threads, log.* and imports never count) -> "confounded (config: ..)";
 - effective: equal configs can still train differently (clipping that rescales one arm's
-  steps and not the other's, a filter that changes which samples train, more rollout
-  tokens); a difference beyond the experiment's tolerance in a quantity the claim does not
-  `expect` -> "confounded (effective: name = a vs b)";
-- engagement: every `engaged` entry's level must be reached by the mean over seeds ->
-  otherwise "not engaged (arm: metric = value vs level)" or "(not logged: metric)".
+  steps and not the other's, more rollout tokens); a difference beyond the experiment's
+  tolerance in a quantity that is not one of the treatment's mediators (the claim's
+  `mediators`, and what the differing parts declare they change: `mediates`) ->
+  "confounded (effective: name = a vs b)"; unequal optimiser steps always count;
+- engagement: the pair's same-batch distance (`lmpo.experiments.engagement`); below the
+  floor, with an interval that includes the null -> "not engaged". A fixed `engaged`
+  level (with its `source`) is judged the same way: a significant result is never hidden.
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ import math
 import numpy as np
 
 from lmpo.config import flat_config
-from lmpo.experiments.claims import arm_pairs, claim_values, describe_claim
+from lmpo.experiments.claims import arm_pairs, claim_values, describe_claim, mediators
+from lmpo.experiments.dose import level_results, seed_effects, slopes, trend_claim, trend_values
+from lmpo.experiments.engagement import (
+    DEFAULT_FLOOR,
+    below_floor,
+    claim_engagement,
+    not_measured,
+    part_mediators,
+)
 from lmpo.experiments.spec import NEVER_COUNT, covered
 from lmpo.experiments.stats import (
     EFFECTIVE,
     PRE_CLIP,
+    claim_p,
     effective_flags,
     effective_value,
-    holm_intervals,
+    holm_levels,
     judge,
     reduce_metric,
 )
@@ -121,30 +132,121 @@ def unlogged_by(data: dict, claim: dict, per_arm: dict) -> str | None:
     return None
 
 
+def claim_pairs(claim: dict) -> list[tuple[str, str]]:
+    """The pairs whose same-batch distance is the claim's engagement: (first arm, its
+    comparator) for a claim that names one, else the claim's own pairs."""
+    if "comparator" in claim:
+        return [(claim["arms"][0], claim["comparator"])]
+    return arm_pairs(claim)
+
+
+def claim_audits(claim: dict, pairs: list[tuple[str, str]], exp, flats: dict, means: dict
+                 ) -> str | None:
+    """The claim's confound, in words (config first, then effective behaviour outside the
+    treatment's mediators), or None."""
+    keys = sorted({k for x, y in pairs for k in config_confounds(
+        claim | {"arms": [x, y]}, exp.differs_in, flats)})
+    if keys:
+        return "config: " + ", ".join(keys)
+    allowed = set(mediators(claim))
+    for x, y in pairs:
+        allowed |= set(part_mediators(flats.get(x, {}), flats.get(y, {})))
+    flags = effective_flags(pairs, means, sorted(allowed), exp.effective_tolerance)
+    return ("effective: " + "; ".join(flags)) if flags else None
+
+
+def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> dict:
+    """Everything a claim's verdict needs but its Holm level: values, audits, engagement."""
+    exp = data["experiment"]
+    reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
+    floor = float(claim.get("engaged_floor", floor))
+    if claim["kind"] == "dose_response":
+        return prepare_dose(claim, data, flats, means, floor)
+    per_arm = {arm: seed_values(data, arm, claim["metric"], reduce, k) for arm in claim["arms"]}
+    seeds, a, b = claim_values(claim, per_arm, exp.seeds)
+    eng = claim_engagement(data, claim, flats, floor, claim_pairs(claim))
+    fixed, failure = engagement(claim, data)
+    reason = below_floor(eng) or (f"{failure} (source: {fixed_source(claim)})"
+                                  if failure else None)
+    return {"claim": claim, "seeds": seeds, "a": a, "b": b, "p": claim_p(claim, a, b),
+            "confounded": claim_audits(claim, arm_pairs(claim), exp, flats, means),
+            "engagement": eng, "fixed": fixed, "not_engaged": reason,
+            "engine": unlogged_by(data, claim, per_arm)}
+
+
+def prepare_dose(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> dict:
+    """A dose_response claim: effects per level and seed, the trend's per-seed values, each
+    level's engagement and x, the audits over every level's pair."""
+    exp = data["experiment"]
+    reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
+    levels = list(claim["by_level"])
+    doses = np.array([exp.conditions["levels"][lv]["dose"] for lv in levels])
+    per_level = {lv: tuple(seed_values(data, arm, claim["metric"], reduce, k) for arm in pair)
+                 for lv, pair in claim["by_level"].items()}
+    seeds, effects = seed_effects(per_level, exp.seeds)
+    pairs = [tuple(pair) for pair in claim["by_level"].values()]
+    info = []
+    for lv, pair in claim["by_level"].items():
+        eng = claim_engagement(data, claim, flats, floor, [tuple(pair)])
+        x = None
+        if claim.get("x"):
+            xs = [v for arm in pair for v in seed_values(data, arm, claim["x"], reduce,
+                                                         k).values()]
+            x = float(np.mean(xs)) if xs else None
+        info.append({"level": lv, "dose": float(exp.conditions["levels"][lv]["dose"]),
+                     "engagement": eng, "x": x})
+    changes = trend_values(effects, doses) if len(seeds) else np.zeros(0)
+    zeros = np.zeros_like(changes)
+    engs = [i["engagement"] for i in info]
+    reasons = [below_floor(e) for e in engs]
+    measured = all(e.get("status") != "not measured" for e in engs)
+    reason = (f"every level below the floor ({reasons[-1]} at the highest dose)"
+              if measured and all(reasons) else None)
+    result_levels = level_results(claim, effects, levels) if len(seeds) else []
+    for entry, extra in zip(result_levels, info, strict=False):
+        entry |= extra
+    return {"claim": claim, "seeds": seeds, "a": changes, "b": zeros,
+            "p": claim_p(trend_claim(claim), changes, zeros), "confounded": claim_audits(
+                claim, pairs, exp, flats, means), "engagement": engs[0] if engs else
+            not_measured("no level"), "fixed": [], "not_engaged": reason, "engine": None,
+            "levels": result_levels or info, "slope_per_dose": float(
+                np.mean(slopes(effects, doses))) if len(seeds) else math.nan,
+            "dose_range": [float(doses.min()), float(doses.max())]}
+
+
+def fixed_source(claim: dict) -> str:
+    return "; ".join(e.get("source", "") for e in claim.get("engaged", []))
+
+
 def judge_claims(data: dict) -> list[dict]:
-    """Every claim of the experiment judged on its finished runs, audits first, with
-    Holm-adjusted intervals over the experiment's claims."""
+    """Every claim of the (expanded) experiment judged on its finished runs: audits and
+    engagement first, then the label from the interval at the claim's Holm level within its
+    family (headline, secondary or descriptive claims)."""
     exp = data["experiment"]
     flats, table = arm_configs(data), effective_table(data)
     means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
-    results, values = [], []
-    for claim in exp.claims:
-        reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
-        per_arm = {arm: seed_values(data, arm, claim["metric"], reduce, k)
-                   for arm in claim["arms"]}
-        seeds, a, b = claim_values(claim, per_arm, exp.seeds)
-        keys = config_confounds(claim, exp.differs_in, flats)
-        flags = effective_flags(arm_pairs(claim), means, claim.get("expects", []),
-                                exp.effective_tolerance)
-        confounded = ("config: " + ", ".join(keys)) if keys else \
-            ("effective: " + "; ".join(flags)) if flags else None
-        measured, not_engaged = engagement(claim, data)
-        result = judge(claim, a, b, confounded=confounded, not_engaged=not_engaged)
-        engine = unlogged_by(data, claim, per_arm)
-        if engine:
-            result["verdict"] = f"not logged by {engine}: {claim['metric']}"
-        results.append({"claim": describe_claim(claim), "sentence": claim["sentence"],
-                        "kind": claim["kind"], "seeds": seeds, "engaged": measured} | result)
-        values.append((claim, a, b))
-    holm_intervals(results, values)
+    floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
+    prepared = [prepare(claim, data, flats, means, floor) for claim in exp.claims]
+    levels = [0.0] * len(prepared)
+    for role in dict.fromkeys(p["claim"].get("role", "headline") for p in prepared):
+        family = [i for i, p in enumerate(prepared) if p["claim"].get("role", "headline") == role]
+        for i, level in zip(family, holm_levels([prepared[i]["p"] for i in family]),
+                            strict=True):
+            levels[i] = level
+    results = []
+    for p, level in zip(prepared, levels, strict=True):
+        claim = p["claim"]
+        judged = trend_claim(claim) if claim["kind"] == "dose_response" else claim
+        result = judge(judged, p["a"], p["b"], confounded=p["confounded"],
+                       not_engaged=p["not_engaged"], level=level)
+        if claim["kind"] == "dose_response":
+            result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
+                       "dose_range": p["dose_range"], "x": claim.get("x")}
+        if p["engine"]:
+            result["verdict"] = f"not logged by {p['engine']}: {claim['metric']}"
+        named = claim | {"arms": claim.get("base_arms", claim["arms"])}
+        results.append({"claim": describe_claim(named), "sentence": claim["sentence"],
+                        "kind": claim["kind"], "seeds": p["seeds"], "engaged": p["fixed"],
+                        "engagement": p["engagement"], "role": claim.get("role", "headline"),
+                        "level": claim.get("level"), "index": claim.get("index")} | result)
     return results

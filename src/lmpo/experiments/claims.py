@@ -1,6 +1,7 @@
 """A claim in an experiment file: its schema, its description and the values it compares.
 
     - kind: direction                      # direction | threshold | equivalence | spread
+                                           # | dose_response (over the condition levels)
       metric: eval/accuracy_trained
       reduce: final                        # how one run becomes one number (stats.REDUCERS)
       arms: [drpo_bf16, clip_bf16]         # 2 arms (4 for a comparison of gains, 1 for a value)
@@ -9,8 +10,17 @@
       differs_in: [loss]                   # the keys these arms may differ in (default: the
                                            # experiment's); prefix match, never seed,
                                            # threads, log.*, imports
-      expects: [rollout_tokens]            # effective differences that ARE the method
-      engaged: [{arm: drpo_bf16, metric: loss/drpo/deviated_frac, min: 0.05}]
+      mediators: [rollout_tokens]          # effective differences that ARE the method
+                                           # (`expects` is an alias); the parts that differ
+                                           # add their own (registry metadata `mediates`)
+      comparator: grpo                     # whose parts the first arm's runs evaluate on
+                                           # their own batches (default: the second arm)
+      engaged_floor: 0.01                  # the experiment's floor, for this claim
+      engaged: [{arm: a, metric: m, min: 0.05, source: "paper, Table 2"}]
+                                           # a fixed level, only with its source
+      at: L0                               # with conditions: a level, a list or `all`
+      primary: true                        # declared before the runs: Holm over these
+      x: rollout/logp_mismatch             # dose_response: a metric shown per level
       min_effect: 0.03                     # smallest effect that matters here (metric units),
                                            # set before the run
       paper_effect: "+2.1 points (AIME24)" # context only, never compared
@@ -21,16 +31,28 @@
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.stats import EFFECTIVE, EXPECT, REDUCERS
+from lmpo.experiments.stats import ALWAYS_CONFOUNDS, EFFECTIVE, EXPECT, REDUCERS
 
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
-OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "engaged", "min_effect",
-            "paper_effect"}
+OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
+            "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary", "x"}
 
 
-def check_claim(claim: dict, arms: list[str], where: str) -> None:
+def mediators(claim: dict) -> list[str]:
+    """The claim's declared mediators (`mediators`, or its alias `expects`)."""
+    return list(dict.fromkeys([*claim.get("mediators", []), *claim.get("expects", [])]))
+
+
+def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | None = None
+                ) -> None:
     """ConfigError for a malformed claim (before any run starts)."""
     kind = claim.get("kind")
+    if kind == "dose_response":
+        check_dose_response(claim, arms, where, conditions or {})
+        check_audit_fields(claim, arms, where)
+        return
+    if "x" in claim:
+        raise ConfigError(f"{where}: x is a dose_response claim's key")
     if kind not in EXPECT:
         raise ConfigError(f"{where}: kind must be one of {', '.join(EXPECT)}, got {kind!r}")
     need = BASE_KEYS | ({"expect"} if kind != "equivalence" else {"margin"})
@@ -55,6 +77,33 @@ def check_claim(claim: dict, arms: list[str], where: str) -> None:
     if kind == "equivalence" and not claim["margin"] > 0:
         raise ConfigError(f"{where}: margin must be > 0")
     check_audit_fields(claim, arms, where)
+    from lmpo.experiments.conditions import claim_levels
+
+    claim_levels(claim, conditions or {}, where)
+
+
+def check_dose_response(claim: dict, arms: list[str], where: str, conditions: dict) -> None:
+    need = BASE_KEYS | {"expect"}
+    missing = sorted(need - set(claim))
+    if missing:
+        raise ConfigError(f"{where}: a dose_response claim needs {missing}")
+    extra = sorted((set(claim) - need - OPTIONAL) | ({"at"} & set(claim)))
+    if extra:
+        raise ConfigError(f"{where}: unknown dose_response key(s) {extra}; valid: "
+                          f"{sorted(need | OPTIONAL - {'at'})}")
+    if len((conditions or {}).get("levels") or {}) < 2:
+        raise ConfigError(f"{where}: a dose_response claim needs conditions with >= 2 levels")
+    pair = claim["arms"]
+    if not (isinstance(pair, list) and len(pair) == 2 and all(a in arms for a in pair)
+            and pair[0] != pair[1]):
+        raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
+    if claim["expect"] not in EXPECT["dose_response"]:
+        raise ConfigError(f"{where}: expect must be one of {EXPECT['dose_response']} (the "
+                          "sign of the effect's slope over the dose)")
+    if claim.get("reduce", "final") not in REDUCERS:
+        raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
+    if "x" in claim and not isinstance(claim["x"], str):
+        raise ConfigError(f"{where}: x must be a metric name")
 
 
 def check_arms(claim: dict, arms: list[str], where: str) -> None:
@@ -75,18 +124,40 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if "differs_in" in claim and not (isinstance(claim["differs_in"], list) and all(
             isinstance(k, str) for k in claim["differs_in"])):
         raise ConfigError(f"{where}: differs_in must be a list of dotted config keys")
-    unknown = sorted(set(claim.get("expects", [])) - set(EFFECTIVE))
+    for key in ("mediators", "expects"):
+        if key in claim and not (isinstance(claim[key], list)
+                                 and all(isinstance(k, str) for k in claim[key])):
+            raise ConfigError(f"{where}: {key} must be a list of effective quantities")
+    unknown = sorted(set(mediators(claim)) - set(EFFECTIVE))
     if unknown:
-        raise ConfigError(f"{where}: expects names unknown quantities {unknown}; valid: "
-                          f"{', '.join(EFFECTIVE)}")
+        raise ConfigError(f"{where}: mediators name unknown quantities {unknown}; valid: "
+                          f"{', '.join(k for k in EFFECTIVE if k not in ALWAYS_CONFOUNDS)}")
+    fixed = sorted(set(mediators(claim)) & set(ALWAYS_CONFOUNDS))
+    if fixed:
+        raise ConfigError(f"{where}: {', '.join(fixed)} cannot be a mediator: arms that take "
+                          "unequal optimiser steps are confounded whatever else differs")
+    if "comparator" in claim and claim["comparator"] not in arms:
+        raise ConfigError(f"{where}: comparator must name an arm of {arms}, got "
+                          f"{claim['comparator']!r}")
+    floor = claim.get("engaged_floor")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                              or not 0 < floor < 1):
+        raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
+    if "primary" in claim and not isinstance(claim["primary"], bool):
+        raise ConfigError(f"{where}: primary must be true or false")
     for i, entry in enumerate(claim.get("engaged", [])):
         at = f"{where}: engaged[{i}]"
         if not isinstance(entry, dict) or not {"arm", "metric"} <= set(entry):
-            raise ConfigError(f"{at} must be {{arm, metric, min | max, reduce}}")
+            raise ConfigError(f"{at} must be {{arm, metric, min | max, source, reduce}}")
         if entry["arm"] not in arms:
             raise ConfigError(f"{at}: unknown arm {entry['arm']!r}; arms: {', '.join(arms)}")
+        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+            raise ConfigError(f"{at}: a fixed engagement level needs its source (a paper's "
+                              "number, or the experiment's own L0 condition); without one, "
+                              "engagement is the pair's measured same-batch distance")
         bounds = [k for k in ("min", "max") if k in entry]
-        if len(bounds) != 1 or set(entry) - {"arm", "metric", "min", "max", "reduce", "k"}:
+        if len(bounds) != 1 or set(entry) - {"arm", "metric", "min", "max", "reduce", "k",
+                                             "source"}:
             raise ConfigError(f"{at} needs exactly one of min or max (and optionally reduce)")
         if entry.get("reduce", "mean") not in REDUCERS:
             raise ConfigError(f"{at}: reduce must be one of {REDUCERS}")
@@ -130,6 +201,9 @@ def describe_claim(claim: dict) -> str:
                            "sum": " (summed over the run)"}.get(
         claim.get("reduce", "final"), "")
     kind = claim["kind"]
+    if kind == "dose_response":
+        return (f"{m}: slope of ({a} - {b}) over the dose "
+                f"{'>' if claim['expect'] == 'greater' else '<'} 0")
     if kind == "direction":
         return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
     if kind == "threshold":

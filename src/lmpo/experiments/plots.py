@@ -115,3 +115,55 @@ def write_plots(data: dict, folder: Path) -> list[str]:
             x_metric="tokens/cumulative", title="accuracy against rollout tokens"):
         written.append("tokens.png")
     return written
+
+
+def write_dose_plots(claims: list[dict], folder: Path) -> list[str]:
+    """dose_<k>.png for each dose_response claim: its effect against the levels' doses
+    (95% interval bars, 0 dashed) and, as a second panel, the pair's same-batch engagement
+    at each level (with its floor)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for k, c in enumerate(x for x in claims if x["kind"] == "dose_response"):
+        levels = [lv for lv in c.get("levels", []) if "effect" in lv]
+        if not levels:
+            continue
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+        dose = np.array([lv["dose"] for lv in levels])
+        effect = np.array([lv["effect"] for lv in levels])
+        err = np.array([[lv["effect"] - lv["ci"][0] for lv in levels],
+                        [lv["ci"][1] - lv["effect"] for lv in levels]])
+        left.errorbar(dose, effect, yerr=err, marker="o", capsize=3, linewidth=1.4)
+        left.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+        for lv in levels:
+            left.annotate(lv["level"], (lv["dose"], lv["effect"]), fontsize=7,
+                          textcoords="offset points", xytext=(4, 4))
+        left.set_title(f"effect: {c['claim'].split(':')[0]} (95% CI)", fontsize=9)
+        left.set_xlabel("dose", fontsize=8)
+        measured = [lv for lv in levels if lv.get("engagement", {}).get("value") is not None]
+        if measured:
+            ed = np.array([lv["dose"] for lv in measured])
+            ev = np.array([lv["engagement"]["value"] for lv in measured])
+            ci = np.array([lv["engagement"]["ci"] for lv in measured], dtype=float)
+            bars = np.nan_to_num(np.abs(np.stack([ev - ci[:, 0], ci[:, 1] - ev])))
+            right.errorbar(ed, ev, yerr=bars, marker="s", color="tab:orange", capsize=3)
+            right.axhline(measured[0]["engagement"]["floor"], color="grey", linestyle=":",
+                          linewidth=0.8, label="engaged floor")
+            right.legend(fontsize=7)
+            right.set_title("same-batch engagement: " + measured[0]["engagement"]["metric"],
+                            fontsize=9)
+        else:
+            right.set_title("same-batch engagement: not measured", fontsize=9)
+        right.set_xlabel("dose", fontsize=8)
+        for ax in (left, right):
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        name = f"dose_{k}.png"
+        fig.savefig(folder / name, dpi=100)
+        plt.close(fig)
+        written.append(name)
+    return written

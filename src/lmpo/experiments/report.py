@@ -21,14 +21,17 @@ from lmpo import __version__
 from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
 from lmpo.experiments.audit import arm_configs, effective_table, judge_claims, seed_values
+from lmpo.experiments.claim_table import claim_lines, fmt
 from lmpo.experiments.diagnostics import method_diagnostics
+from lmpo.experiments.engagement import DEFAULT_FLOOR
 from lmpo.experiments.engine_logs import engine_rows
 from lmpo.experiments.frontier import frontier_lines, frontier_table
-from lmpo.experiments.spec import parse_experiment
-from lmpo.experiments.stats import MIN_SEEDS, summarize
+from lmpo.experiments.spec import COMPARATOR_KEY, parse_experiment
+from lmpo.experiments.stats import summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
 
+SCHEMA_VERSION = 2  # report.json's layout (docs/experiments.md); 1: before engagement
 STANDARD = [  # (label, metric, reduce)
     ("held-out accuracy, trained tiers", "eval/accuracy_trained", "final"),
     ("held-out accuracy, all tiers", "eval/accuracy_mean", "final"),
@@ -82,7 +85,7 @@ def collect(root: Path) -> dict:
     saved = root / "experiment.yaml"
     if not saved.exists():
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
-    exp = parse_experiment(yaml.safe_load(saved.read_text()), root.name, str(saved))
+    exp = parse_experiment(yaml.safe_load(saved.read_text()), root.name, str(saved)).expand()
     runs = {}
     for arm in exp.arms:
         for seed in exp.seeds:
@@ -137,7 +140,8 @@ def arm_table(data: dict) -> dict[str, dict[str, dict]]:
 
 def differences(data: dict) -> dict[str, dict[str, object]]:
     flats = arm_configs(data)
-    keys = sorted({k for f in flats.values() for k in f} - {"seed", "threads"})
+    keys = sorted({k for f in flats.values() for k in f
+                   if not k.startswith(COMPARATOR_KEY)} - {"seed", "threads"})
     return {k: {a: f.get(k, "<unset>") for a, f in flats.items()} for k in keys
             if len({repr(f.get(k, "<unset>")) for f in flats.values()}) > 1}
 
@@ -162,15 +166,10 @@ def setup(data: dict, root: Path) -> dict:
         "finished": sum(r["finished"] for r in runs.values()), "runs": len(runs),
         "unfinished": sorted(f"{a}-seed{s}" for (a, s), r in runs.items()
                              if not r["finished"]),
-    }
-
-
-def fmt(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.2e}" if abs(x) < 0.01 and x != 0 else f"{x:.3f}"
+        "engaged_floor": exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR,
+    } | ({"conditions": {"axis": exp.conditions["axis"], "doses": {
+        name: lv["dose"] for name, lv in exp.conditions["levels"].items()}}}
+        if exp.conditions else {})
 
 
 def cell(s: dict | None, n: int | None = None) -> str:
@@ -189,7 +188,7 @@ def arm_n(table: dict, arm: str) -> int:
 def report(root: str | Path, out: str | Path | None = None, *, console=None) -> Path:
     """Write report.md, report.json and the plots; print the per-arm table. Returns the
     path of report.md."""
-    from lmpo.experiments.plots import write_plots
+    from lmpo.experiments.plots import write_dose_plots, write_plots
 
     root = Path(root)
     out = Path(out) if out else root / "report.md"
@@ -200,9 +199,10 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None) -> 
         if data["experiment"].frontier else {}
     plots = write_plots(data, out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
+    plots += write_dose_plots(claims, out.parent)
     out.with_suffix(".json").write_text(json.dumps(
-        {"setup": info, "arms": table, "claims": claims, "plots": plots},
-        indent=2, default=str) + "\n")
+        {"schema_version": SCHEMA_VERSION, "setup": info, "arms": table, "claims": claims,
+         "plots": plots}, indent=2, default=str) + "\n")
     out.write_text(markdown(info, table, claims, plots))
     print_summary(info, table, claims, out, console)
     return out
@@ -270,41 +270,12 @@ def effective_lines(effective: dict, arms: list[str]) -> list[str]:
                 "Not logged by these runs (they predate the per-step audit logs)."]
     lines = ["", "## Effective behaviour", "",
              "Means over seeds. A claim whose arms differ here beyond the tolerance (ratio "
-             "1.5 for norms and counts, 0.2 absolute for shares) in a quantity it does not "
-             "expect is confounded.", "",
+             "1.5 for norms and counts, 0.2 absolute for shares) in a quantity that does not "
+             "mediate its treatment is confounded.", "",
              "| quantity | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for name in names:
         lines.append(f"| {EFFECTIVE_LABELS[name]} | " + " | ".join(
             fmt(effective.get(a, {}).get(name, {}).get("mean")) for a in arms) + " |")
-    return lines
-
-
-def shown_verdict(c: dict) -> str:
-    """The verdict with its reason where the reason is the verdict's (not only the MDE)."""
-    reason = c.get("reason") or ""
-    return f"**{c['verdict']}**" + (f" ({reason})" if reason and not reason.startswith("MDE")
-                                    else "")
-
-
-def claim_lines(claims: list[dict]) -> list[str]:
-    lines = ["", "## Claims", ""]
-    if not claims:
-        return lines + ["No claims in this experiment."]
-    lines += [f"This experiment makes {len(claims)} claims. Intervals: a paired t interval "
-              f"on the per-seed statistic below 10 seeds, a paired bootstrap from 10 seeds "
-              f"and for spread claims; the Holm-adjusted interval widens each claim's for "
-              f"the number of claims. MDE: the smallest effect the seeds detect with 80% "
-              f"power; below {MIN_SEEDS} seeds: insufficient seeds.", "",
-              "| claim | the paper | seeds | effect [95% CI] | Holm-adjusted CI | MDE "
-              "(min_effect) | verdict |", "|---|---|---|---|---|---|---|"]
-    for c in claims:
-        claim, sentence = (x.replace("|", "\\|") for x in (c["claim"], c["sentence"]))
-        holm = c.get("ci_holm")
-        power = f"{fmt(c.get('mde'))} ({fmt(c.get('min_effect'))})"
-        lines.append(f"| {claim} | {sentence} | {c['n']} | {fmt(c['effect'])} "
-                     f"[{fmt(c['ci'][0])}, {fmt(c['ci'][1])}] | "
-                     + (f"[{fmt(holm[0])}, {fmt(holm[1])}]" if holm else "-")
-                     + f" | {power} | {shown_verdict(c)} |")
     return lines
 
 
@@ -321,7 +292,8 @@ def print_summary(info, table, claims, out: Path, console=None) -> None:
         t.add_row(label, *[cell(table[a].get(label), arm_n(table, a)) for a in table])
     console.print(t)
     for c in claims:
-        console.print(f"claim {c['claim']}: {c['verdict']}"
+        at = f" at {c['level']}" if c.get("level") else ""
+        console.print(f"claim {c['claim']}{at}: {c['verdict']}"
                       + (f" ({c['reason']})" if c.get("reason") else "")
                       + f"; effect {fmt(c['effect'])}, CI [{fmt(c['ci'][0])}, "
                         f"{fmt(c['ci'][1])}], n={c['n']}")

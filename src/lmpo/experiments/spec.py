@@ -12,6 +12,12 @@
     notes: ["..."]                           # optional: what changed after runs, and why
     frontier: {x: kl/ref, ys: [...]}         # optional: arms read at matched drift
                                              # (lmpo.experiments.frontier)
+    conditions: {axis: staleness, levels: {L0: {dose: 0}, L1: {dose: 4, rollout: {...}}}}
+                                             # optional: a condition axis applied to every
+                                             # arm (lmpo.experiments.conditions)
+    engaged_floor: 0.01                      # optional: the shadow distance below which a
+                                             # pair's treatment did not engage (default:
+                                             # the calibrated DEFAULT_FLOOR)
 
 Each arm's config resolves as defaults <- arm preset <- base <- arm overrides <- the
 command line (`--steps`, `--seeds`); mappings merge as in `extends:`. Before any run,
@@ -23,7 +29,7 @@ the first run starts, and a note says in the report what was changed after that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -31,15 +37,24 @@ import yaml
 from lmpo import presets
 from lmpo.config import build, flat_config, merge, read_yaml
 from lmpo.errors import ConfigError
+from lmpo.experiments.conditions import (
+    check_conditions,
+    claim_levels,
+    level_clashes,
+    level_keys,
+    level_names,
+    run_arm,
+)
 from lmpo.experiments.frontier import check_frontier
 from lmpo.trainer.train_config import TrainConfig
 
-CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread")
+CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
-RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier")
+RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions")
 PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
 NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
+COMPARATOR_KEY = "log.comparators"  # follows from the claims: never an arm's own setting
 
 
 @dataclass
@@ -62,6 +77,9 @@ class Experiment:
     notes: list[str] = field(default_factory=list)
     effective_tolerance: dict = field(default_factory=dict)  # {ratio: 1.5, share: 0.2}
     frontier: dict = field(default_factory=dict)  # lmpo.experiments.frontier
+    conditions: dict = field(default_factory=dict)  # lmpo.experiments.conditions
+    engaged_floor: float | None = None  # None: lmpo.experiments.engagement.DEFAULT_FLOOR
+    flat: bool = False  # arms are the runs' `arm@level` (see `expand`)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -77,7 +95,43 @@ class Experiment:
                 "claims": self.claims} | ({"notes": self.notes} if self.notes else {}) \
             | ({"effective_tolerance": self.effective_tolerance}
                if self.effective_tolerance else {}) \
-            | ({"frontier": self.frontier} if self.frontier else {})
+            | ({"frontier": self.frontier} if self.frontier else {}) \
+            | ({"conditions": {"axis": self.conditions["axis"], "levels": {
+                name: {"dose": lv["dose"]} | lv["overrides"]
+                for name, lv in self.conditions["levels"].items()}}}
+               if self.conditions else {}) \
+            | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {})
+
+    def expand(self) -> Experiment:
+        """The experiment as its runs see it: arms x levels as arms `arm@level` (the level's
+        overrides over the arm's), and claims one per level they are judged at (each with
+        `level` and `role`: headline at L0, or everywhere without conditions; descriptive at
+        other levels; secondary where the experiment declares primary claims and this is
+        not one); a dose_response claim keeps its arms and gains `by_level`."""
+        if self.flat:
+            return self
+        names = level_names(self.conditions) or [None]
+        arms = [Arm(run_arm(a.name, lv), a.preset, merge(
+            a.overrides, self.conditions["levels"][lv]["overrides"]) if lv else a.overrides)
+            for lv in names for a in self.arms]
+        primaries = any(c.get("primary") for c in self.claims)
+        claims = []
+        for i, claim in enumerate(self.claims):
+            if claim["kind"] == "dose_response":
+                claims.append(claim | {"index": i, "level": None, "role": "headline" if (
+                    claim.get("primary") or not primaries) else "secondary", "by_level": {
+                    lv: [run_arm(a, lv) for a in claim["arms"]] for lv in names}})
+                continue
+            for lv in claim_levels(claim, self.conditions, f"claims[{i}]"):
+                role = "descriptive" if lv not in (None, names[0]) else \
+                    "secondary" if primaries and not claim.get("primary") else "headline"
+                extra = {"comparator": run_arm(claim["comparator"], lv)} \
+                    if "comparator" in claim else {}
+                claims.append(claim | extra | {
+                    "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
+                    "role": role, "base_arms": claim["arms"]})
+        return replace(self, arms=arms, claims=claims, flat=True,
+                       differs_in=self.differs_in + level_keys(self.conditions))
 
 
 def _seeds(value, where: str) -> list[int]:
@@ -92,7 +146,7 @@ def _seeds(value, where: str) -> list[int]:
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
-               "claims", "effective_tolerance", "frontier"}
+               "claims", "effective_tolerance", "frontier", "conditions", "engaged_floor"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
@@ -129,11 +183,24 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                      seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
                      differs_in=list(differs), claims=[dict(c) for c in claims],
                      notes=list(notes), effective_tolerance=dict(tolerance),
-                     frontier=check_frontier(data.get("frontier"), where))
+                     frontier=check_frontier(data.get("frontier"), where),
+                     conditions=check_conditions(data.get("conditions"), where),
+                     engaged_floor=data.get("engaged_floor"))
+    floor = exp.engaged_floor
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                              or not 0 < floor < 1):
+        raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
+    for arm in arms:
+        clash = level_clashes(exp.conditions, arm.overrides)
+        if clash:
+            raise ConfigError(f"{where}: arm {arm.name!r} sets {', '.join(clash)}, which the "
+                              "condition levels set for every arm")
+        if "@" in arm.name:
+            raise ConfigError(f"{where}: an arm name may not contain '@' (it joins a level)")
     from lmpo.experiments.claims import check_claim
 
     for i, claim in enumerate(exp.claims):
-        check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]")
+        check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]", exp.conditions)
     return exp
 
 
@@ -152,12 +219,22 @@ def load_experiment(spec: str | Path) -> Experiment:
     return exp
 
 
-def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None) -> dict:
-    """The raw config mapping of one run: preset <- base <- arm overrides <- steps, seed."""
+def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None,
+             comparators: bool = True) -> dict:
+    """The raw config mapping of one run: preset <- base <- arm overrides (with a condition
+    level's) <- steps, seed; and, under `log.comparators`, the parts of the arms it is
+    compared with in the claims (lmpo.experiments.comparators)."""
+    if exp.conditions and not exp.flat:
+        raise ConfigError(f"experiment {exp.name!r} has conditions: its runs are the arms of "
+                          "exp.expand() (`arm@level`)")
     data = merge(merge(read_yaml(arm.preset, "train"), exp.base), arm.overrides)
     data = merge(data, {"steps": exp.steps, "seed": seed})
     if threads is not None:
         data["threads"] = threads
+    if comparators:
+        from lmpo.experiments.comparators import comparator_log
+
+        data = merge(data, comparator_log(exp, arm, seed))
     return data
 
 
@@ -195,17 +272,22 @@ def covered(key: str, prefixes: list[str]) -> bool:
 
 
 def arm_differences(exp: Experiment, seed: int = 0) -> dict[str, dict[str, object]]:
-    """{key: {arm: value}} for every resolved key that is not the same in every arm."""
+    """{key: {arm: value}} for every resolved key that is not the same in every arm (the
+    comparators each arm logs aside: they follow from the claims)."""
+    exp = exp.expand()
     flats = {a.name: flat_config(arm_config(exp, a, seed)) for a in exp.arms}
-    keys = sorted({k for f in flats.values() for k in f} - set(PER_RUN_KEYS))
+    keys = sorted({k for f in flats.values() for k in f
+                   if not k.startswith(COMPARATOR_KEY)} - set(PER_RUN_KEYS))
     return {k: {a: f.get(k, "<unset>") for a, f in flats.items()} for k in keys
             if len({repr(f.get(k, "<unset>")) for f in flats.values()}) > 1}
 
 
 def check_differs(exp: Experiment) -> dict[str, dict[str, object]]:
-    """The arms' differences; ConfigError naming any key outside `differs_in`."""
+    """The arms' differences; ConfigError naming any key outside `differs_in` (and the
+    keys the condition levels set)."""
     diff = arm_differences(exp)
-    bad = {k: v for k, v in diff.items() if not covered(k, exp.differs_in)}
+    allowed = exp.differs_in + level_keys(exp.conditions)
+    bad = {k: v for k, v in diff.items() if not covered(k, allowed)}
     if bad:
         lines = "; ".join(f"{k}: " + ", ".join(f"{a}={v!r}" for a, v in vals.items())
                           for k, vals in bad.items())

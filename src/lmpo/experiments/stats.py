@@ -15,7 +15,8 @@ indices). Verdicts before the audits:
   includes 0), "contradicted" (wrong sign, CI excludes 0), "inconclusive".
 - threshold: "holds" (the whole CI passes the bound), "direction only" (the point does),
   "not met".
-- equivalence: "holds" (the CI lies within +-margin), "not shown".
+- equivalence: "holds" (the CI lies within +-margin), "contradicted" (the CI lies wholly
+  outside it), "not shown".
 - spread: as direction, around a ratio of 1.
 
 Power: each claim's minimum detectable effect (MDE) at 80% power, from the same per-seed
@@ -50,7 +51,8 @@ MIN_SEEDS = 3
 T_BELOW = 10  # seeds below which direction/threshold/equivalence use a paired t interval
 REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max", "min", "mean", "sum")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
-          "equivalence": (None,), "spread": ("lower", "higher")}
+          "equivalence": (None,), "spread": ("lower", "higher"),
+          "dose_response": ("greater", "less")}
 WEAK = ("direction only", "inconclusive", "not met", "not shown")  # what underpowered replaces
 
 # The effective behaviour of an arm, compared within every claim: (metric, reduce, how a
@@ -62,6 +64,7 @@ EFFECTIVE = {"clipped_share": ("grad/clipped_frac", "mean", "share"),
              "reward_range": (("reward/max", "reward/min"), "range", "ratio"),
              "adv_abs_mean": ("adv/abs_mean", "mean", "ratio"),
              "optim_steps": ("train/updates", "sum", "ratio")}
+ALWAYS_CONFOUNDS = ("optim_steps",)  # never a mediator: unequal optimiser steps
 PRE_CLIP = ("grad/norm", "mean")  # shown, never flagged: two always-clipped arms step alike
 TOLERANCE = {"ratio": 1.5, "share": 0.2}
 
@@ -170,23 +173,24 @@ def power_ncp(df: int, level: float = LEVEL, power: float = POWER) -> float:
     return float(optimize.brentq(lambda ncp: sps.nct.sf(crit, df, ncp) - power, 0.0, 200.0))
 
 
-def mde_for(kind: str, expect: str | None, sd: float, n: int) -> float:
+def mde_for(kind: str, expect: str | None, sd: float, n: int, level: float = LEVEL) -> float:
     """The minimum detectable effect at 80% power of a claim of `kind` whose per-seed
-    statistic has standard deviation `sd` over `n` seeds (spread: `sd` unused; the std
-    ratio an F test resolves)."""
+    statistic has standard deviation `sd` over `n` seeds, at the interval's `level`
+    (spread: `sd` unused; the std ratio an F test resolves)."""
+    alpha = 1 - level
     if kind == "spread":
         df = n - 1
         if expect == "lower":
-            return math.sqrt(sps.f.ppf(ALPHA / 2, df, df) / sps.f.ppf(POWER, df, df))
-        return math.sqrt(sps.f.ppf(1 - ALPHA / 2, df, df) / sps.f.ppf(1 - POWER, df, df))
+            return math.sqrt(sps.f.ppf(alpha / 2, df, df) / sps.f.ppf(POWER, df, df))
+        return math.sqrt(sps.f.ppf(1 - alpha / 2, df, df) / sps.f.ppf(1 - POWER, df, df))
     if kind == "equivalence":
-        return float(sps.t.ppf(1 - ALPHA / 2, n - 1) * sd / math.sqrt(n))
-    return power_ncp(n - 1) * sd / math.sqrt(n)
+        return float(sps.t.ppf(1 - alpha / 2, n - 1) * sd / math.sqrt(n))
+    return power_ncp(n - 1, level) * sd / math.sqrt(n)
 
 
-def mde(kind: str, claim: dict, a, b) -> float:
+def mde(kind: str, claim: dict, a, b, level: float = LEVEL) -> float:
     sd = 0.0 if kind == "spread" else float(per_seed(kind, claim, a, b).std(ddof=1))
-    return mde_for(kind, claim.get("expect"), sd, a.size)
+    return mde_for(kind, claim.get("expect"), sd, a.size, level)
 
 
 def underpowered(kind: str, claim: dict, m: float) -> float | None:
@@ -217,6 +221,24 @@ def p_value(kind: str, claim: dict, a, b) -> float:
     return float(2 * sps.t.sf(abs(t), x.size - 1))
 
 
+def claim_p(claim: dict, a, b=None) -> float:
+    """The claim's p value from per-seed values (NaN below MIN_SEEDS)."""
+    a = np.asarray(a, dtype=float)
+    b = a if b is None else np.asarray(b, dtype=float)
+    return math.nan if a.size < MIN_SEEDS else p_value(claim["kind"], claim, a, b)
+
+
+def holm_levels(ps: list[float]) -> list[float]:
+    """Each claim's interval level under Holm's step-down procedure over the family `ps`
+    (1 - alpha / (m - rank), smallest p first); LEVEL for a claim without a p."""
+    judged = [i for i, p in enumerate(ps) if not math.isnan(p)]
+    order = sorted(judged, key=lambda i: ps[i])
+    levels = [LEVEL] * len(ps)
+    for rank, i in enumerate(order):
+        levels[i] = 1 - ALPHA / (len(order) - rank)
+    return levels
+
+
 # ---------------------------------------------------------------- verdicts
 def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
     """The verdict from the interval alone (before audits and power)."""
@@ -237,14 +259,29 @@ def verdict(kind: str, claim: dict, point: float, lo: float, hi: float) -> str:
         if passes(hi if claim["expect"] == "below" else lo):
             return "holds"
         return "direction only" if passes(point) else "not met"
-    margin = float(claim["margin"])  # equivalence
-    return "holds" if -margin <= lo and hi <= margin else "not shown"
+    margin = float(claim["margin"])  # equivalence: within, wholly outside, or neither
+    if -margin <= lo and hi <= margin:
+        return "holds"
+    return "contradicted" if lo > margin or hi < -margin else "not shown"
+
+
+def includes_null(kind: str, claim: dict, lo: float, hi: float) -> bool:
+    """Whether an interval includes the claim's null: 0 (a difference), 1 (a std ratio),
+    the bound (a threshold); an equivalence claim's null is always in reach."""
+    if kind == "equivalence":
+        return True
+    null = {"spread": 1.0, "threshold": float(claim.get("bound", 0.0))}.get(kind, 0.0)
+    return not (lo > null or hi < null)
 
 
 def judge(claim: dict, a, b=None, *, confounded: str | None = None,
-          not_engaged: str | None = None) -> dict:
+          not_engaged: str | None = None, level: float = LEVEL) -> dict:
     """The claim's effect, interval, MDE and verdict for per-seed values a, b (same seeds,
-    same order; a claim on one arm's value has no b), with the audits' findings."""
+    same order; a claim on one arm's value has no b), with the audits' findings. The label
+    comes from the interval at `level` (the claim's Holm level among its family; `ci_holm`),
+    the 95% interval (`ci`) is shown beside it. `not_engaged`, the reason the pair's
+    treatment did not engage, labels the claim only where the labelling interval includes
+    the null (or always, for an equivalence claim): a significant result is never hidden."""
     a = np.asarray(a, dtype=float)
     b = a if b is None else np.asarray(b, dtype=float)
     kind = claim["kind"]
@@ -261,18 +298,19 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
                       "mde": math.nan, "p": math.nan, "verdict": "insufficient seeds",
                       "reason": f"{a.size} seeds, fewer than {MIN_SEEDS}"}
     point, lo, hi, method = interval(kind, claim, a, b)
-    m, base = mde(kind, claim, a, b), verdict(kind, claim, point, lo, hi)
-    out |= {"effect": point, "ci": [lo, hi], "method": method, "mde": m,
-            "p": p_value(kind, claim, a, b)}
+    hlo, hhi = (lo, hi) if level == LEVEL else interval(kind, claim, a, b, level)[1:3]
+    m, base = mde(kind, claim, a, b, level), verdict(kind, claim, point, hlo, hhi)
+    out |= {"effect": point, "ci": [lo, hi], "ci_holm": [hlo, hhi], "holm_level": level,
+            "method": method, "mde": m, "p": p_value(kind, claim, a, b)}
     if confounded:
         return out | {"verdict": "confounded", "reason": confounded, "first": base}
-    if not_engaged:
+    if not_engaged and includes_null(kind, claim, hlo, hhi):
         return out | {"verdict": "not engaged", "reason": not_engaged, "first": base}
-    level = underpowered(kind, claim, m)
-    if base in WEAK and level is not None:
+    limit = underpowered(kind, claim, m)
+    if base in WEAK and limit is not None:
         return out | {"verdict": "underpowered",
-                      "reason": f"MDE {m:.3g} > min_effect {level:.3g}"
-                      if kind != "spread" else f"MDE ratio {m:.3g} vs min_effect {level:.3g}",
+                      "reason": f"MDE {m:.3g} > min_effect {limit:.3g}"
+                      if kind != "spread" else f"MDE ratio {m:.3g} vs min_effect {limit:.3g}",
                       "first": base}
     return out | {"verdict": base, "reason": f"MDE {m:.3g}"}
 
@@ -282,32 +320,18 @@ def evaluate_claim(claim: dict, a, b=None) -> dict:
     return judge(claim, a, b)
 
 
-def holm_intervals(claims: list[dict], values: list[tuple]) -> None:
-    """Add `ci_holm` to each judged claim: its interval at the Holm step-down level of its
-    rank among the experiment's claims (1 - alpha / (m - rank), smallest p first)."""
-    judged = [i for i, c in enumerate(claims) if not math.isnan(c.get("p", math.nan))]
-    order = sorted(judged, key=lambda i: claims[i]["p"])
-    for rank, i in enumerate(order):
-        level = 1 - ALPHA / (len(order) - rank)
-        claim, a, b = values[i]
-        a = np.asarray(a, dtype=float)
-        b = a if b is None else np.asarray(b, dtype=float)
-        _, lo, hi, _ = interval(claim["kind"], claim, a, b, level)
-        claims[i]["ci_holm"] = [lo, hi]
-        claims[i]["holm_level"] = level
-
-
 def effective_flags(pairs: list[tuple[str, str]], quantities: dict[str, dict[str, float]],
                     expects: list[str], tolerance: dict | None = None) -> list[str]:
     """'name = a vs b' for every effective quantity on which a pair of a claim's arms differ
     beyond the tolerance (ratio 1.5 for norms and counts, 0.2 absolute for shares), unless
-    the claim expects it. `quantities`: {arm: {name: mean over seeds}}."""
+    it mediates the treatment (`expects`: the claim's mediators and its parts'); unequal
+    optimiser steps always count. `quantities`: {arm: {name: mean over seeds}}."""
     tol = TOLERANCE | (tolerance or {})
     flags = []
     for x, y in pairs:
         for name, (_, _, how) in EFFECTIVE.items():
             u, v = quantities.get(x, {}).get(name), quantities.get(y, {}).get(name)
-            if name in expects or u is None or v is None:
+            if (name in expects and name not in ALWAYS_CONFOUNDS) or u is None or v is None:
                 continue
             if how == "share":
                 far = abs(u - v) > tol["share"]

@@ -4,7 +4,8 @@ Layout of `--out DIR`:
 
     experiment.yaml              the experiment as run (seeds and steps resolved)
     configs/<arm>-seed<k>.yaml   each run's fully resolved config
-    runs/<arm>/seed<k>/          each run's directory (metrics.jsonl, eval.json, ...)
+    runs/<arm>/seed<k>/          each run's directory (metrics.jsonl, eval.json, ...);
+                                 with a condition axis `runs/<arm>@<level>/seed<k>/`
     logs/<arm>-seed<k>.log       each run's output
     sweep.json                   wall time, jobs and outcome of each invocation
 
@@ -82,18 +83,19 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
             raise ConfigError(f"{out} holds a different experiment ({saved}: {', '.join(changed)} "
                               "differ); resume it with the same file, --seeds and --steps, or "
                               "choose a new --out")
+    flat = exp.expand()  # arms x condition levels, as `arm@level`
     broken: dict[str, str] = {}
-    for arm in exp.arms:
+    for arm in flat.arms:
         try:
-            arm_config(exp, arm, exp.seeds[0])
+            arm_config(flat, arm, exp.seeds[0])
         except ConfigError as exc:
             broken[arm.name] = str(exc)
-    check_differs(replace(exp, arms=[a for a in exp.arms if a.name not in broken]))
+    check_differs(replace(flat, arms=[a for a in flat.arms if a.name not in broken]))
     (out / "configs").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     saved.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
     runs = []
-    for arm in exp.arms:
+    for arm in flat.arms:
         for seed in exp.seeds:
             run = Run(arm.name, seed, out / "configs" / f"{arm.name}-seed{seed}.yaml",
                       out / "runs" / arm.name / f"seed{seed}",
@@ -101,7 +103,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
             if arm.name in broken:
                 run.status, run.error = "failed", f"config: {broken[arm.name]}"
             else:
-                cfg = arm_config(exp, arm, seed, threads=threads)
+                cfg = arm_config(flat, arm, seed, threads=threads)
                 save_config(cfg, run.config)
                 refused = engine_refusals(engine, cfg)
                 if refused:
@@ -119,8 +121,8 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
 
 
 def start_order(exp: Experiment, runs: list[Run]) -> list[Run]:
-    """`runs` seed by seed, in the experiment's arm order within each seed."""
-    arm_index = {arm.name: i for i, arm in enumerate(exp.arms)}
+    """`runs` seed by seed, within a seed level by level, in the experiment's arm order."""
+    arm_index = {arm.name: i for i, arm in enumerate(exp.expand().arms)}
     return sorted(runs, key=lambda r: (exp.seeds.index(r.seed), arm_index[r.arm]))
 
 
@@ -168,8 +170,10 @@ def last_error(log: Path) -> str:
 def status_table(exp: Experiment, runs: list[Run]):
     from rich.table import Table
 
-    table = Table(title=f"lmpo compare {exp.name}: {len(exp.arms)} arms x {len(exp.seeds)} "
-                        f"seeds, {exp.steps} steps")
+    levels = len(exp.conditions.get("levels") or {}) if exp.conditions else 0
+    table = Table(title=f"lmpo compare {exp.name}: {len(exp.arms)} arms x "
+                        + (f"{levels} levels x " if levels else "")
+                        + f"{len(exp.seeds)} seeds, {exp.steps} steps")
     for col in ("arm", "seed", "status", "step", "reward", "accuracy", "ETA"):
         table.add_column(col, justify="right" if col not in ("arm", "status") else "left")
     for run in runs:

@@ -217,7 +217,8 @@ def verl_lines(exp, config_path: str, out=None) -> tuple[list[str], int, int]:
     experiment.yaml and configs are written too (so `lmpo report out` reads the runs)."""
     if out is not None:
         write_plan(exp, out)
-    runs = [launch(exp, arm, seed, out) for arm in exp.arms for seed in exp.seeds]
+    flat = exp.expand()  # arms x condition levels
+    runs = [launch(flat, arm, seed, out) for arm in flat.arms for seed in exp.seeds]
     lines, exported = [], set()
     for run in runs:
         if run.refused or run.data in exported:
@@ -246,9 +247,11 @@ def write_plan(exp, out) -> None:
 
     (out / "configs").mkdir(parents=True, exist_ok=True)
     (out / "experiment.yaml").write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
-    for arm in exp.arms:
+    flat = exp.expand()
+    for arm in flat.arms:
         for seed in exp.seeds:
-            save_config(arm_config(exp, arm, seed), out / "configs" / f"{arm.name}-seed{seed}.yaml")
+            save_config(arm_config(flat, arm, seed),
+                        out / "configs" / f"{arm.name}-seed{seed}.yaml")
             (out / "runs" / arm.name / f"seed{seed}").mkdir(parents=True, exist_ok=True)
 
 

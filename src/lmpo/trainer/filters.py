@@ -162,3 +162,9 @@ def build_filter(rollout_cfg, pad_token_id: int):
         return KeepAll()
     return VariedGroups(rollout_cfg.group_size, rollout_cfg.max_gen_batches, pad_token_id)
 
+
+
+# What a filter changes by design (`lmpo.experiments.stats.EFFECTIVE`): a claim whose arms
+# differ in one of these keys is never confounded by it.
+MEDIATES = {"rollout.dynamic_sampling": ("update_share", "rollout_tokens"),
+            "rollout.max_gen_batches": ("rollout_tokens",)}

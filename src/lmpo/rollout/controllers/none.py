@@ -7,7 +7,7 @@ import torch
 from lmpo.rollout.controllers.registry import CONTROLLERS
 
 
-@CONTROLLERS.register("none", title="none", source="-",
+@CONTROLLERS.register("none", title="none", source="-", mediates=(),
                       summary="no rollout controller: responses end at EOS or the budget")
 class NoController:
     """Stops nothing, scores nothing, measures nothing, holds no state."""

@@ -13,6 +13,7 @@ from lmpo.registry import Registry
 
 CONTROLLERS = Registry("rollout controller", defaults={
     "diagnostics": (), "engagement": None, "preset_keys": (), "title": "", "source": "",
+    "mediates": ("rollout_tokens", "update_share"),  # what stopping changes by design
     "summary": "", "example": {}})  # example: hparams that make a valid instance
 CONTEXT = ("total_steps", "seed", "failure_reward", "reward_range")
 DEFAULT_CONTROLLER = "none"  # stops nothing

@@ -1,0 +1,220 @@
+"""The verdict rules of docs/reproductions.md on synthetic per-seed values: engagement at
+every boundary (equivalence and spread included), labels from Holm-adjusted intervals,
+mediators, and a condition axis whose dose_response claim renders with its plot."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from lmpo.experiments.engagement import below_floor, part_mediators
+from lmpo.experiments.stats import (
+    EFFECTIVE,
+    effective_flags,
+    holm_levels,
+    includes_null,
+    judge,
+)
+
+DIRECTION = {"kind": "direction", "expect": "greater", "min_effect": 0.05}
+WHY = "same-batch weight_tv below the floor"
+
+
+def values(mean, sd=0.01, n=5):
+    """n per-seed differences with exactly this mean and sample sd."""
+    z = np.array([-2.0, -1.0, 0.0, 1.0, 2.0][:n])
+    z = (z - z.mean()) / z.std(ddof=1)
+    return mean + sd * z, np.zeros(n)
+
+
+@pytest.mark.parametrize("mean,label", [
+    (0.0, "not engaged"),       # interval around 0: nothing to hide, treatment inert
+    (0.004, "not engaged"),     # the interval still includes 0
+    (0.05, "holds"),            # significant: the label stays, engagement beside it
+    (-0.05, "contradicted"),    # significant the wrong way: never hidden either
+])
+def test_not_engaged_only_where_the_interval_includes_the_null(mean, label):
+    a, b = values(mean)
+    assert judge(DIRECTION, a, b, not_engaged=WHY)["verdict"] == label
+    if label != "not engaged":
+        assert judge(DIRECTION, a, b)["verdict"] == label
+
+
+def test_the_null_at_the_intervals_edge_counts_as_included():
+    assert includes_null("direction", {}, 0.0, 0.3) and includes_null("direction", {}, -1, 0.0)
+    assert not includes_null("direction", {}, 1e-12, 0.3)
+    assert includes_null("spread", {}, 0.5, 1.0) and not includes_null("spread", {}, 1.01, 2)
+    bound = {"bound": 0.8}
+    assert includes_null("threshold", bound, 0.7, 0.8) and not includes_null(
+        "threshold", bound, 0.5, 0.79)
+    assert includes_null("equivalence", {"margin": 0.1}, -0.01, 0.01)
+
+
+def test_an_equivalence_claim_below_the_floor_is_never_evidence():
+    claim = {"kind": "equivalence", "margin": 0.1}
+    a, b = values(0.0, sd=0.001)
+    assert judge(claim, a, b)["verdict"] == "holds"
+    assert judge(claim, a, b, not_engaged=WHY)["verdict"] == "not engaged"
+
+
+def test_a_spread_claim_keeps_a_significant_ratio():
+    claim = {"kind": "spread", "expect": "lower", "min_effect": 0.5}
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 0.01, 12), rng.normal(0, 1.0, 12)
+    assert judge(claim, a, b, not_engaged=WHY)["verdict"] == "holds"
+    assert judge(claim, -b, b, not_engaged=WHY)["verdict"] == "not engaged"  # ratio 1
+
+
+def engagement(vals, floor=0.01):
+    from lmpo.experiments.stats import interval
+
+    v = np.asarray(vals, dtype=float)
+    point, lo, hi, _ = interval("direction", {}, v, np.zeros_like(v))
+    return {"metric": "shadow/b/weight_tv", "comparator": "b", "value": point,
+            "ci": [lo, hi], "floor": floor}
+
+
+def test_the_floor_reads_the_upper_bound_not_the_mean():
+    assert below_floor(engagement([0.001, 0.002, 0.0015, 0.001, 0.002])) is not None
+    # mean 0.0064 under the floor, but the seeds spread: the upper bound is above it
+    assert below_floor(engagement([0.0, 0.0, 0.0, 0.0, 0.032])) is None
+    assert below_floor(engagement([0.02] * 5)) is None
+    exact = engagement([0.01] * 5)  # upper bound == floor: not below it
+    assert exact["ci"][1] == 0.01 and below_floor(exact) is None
+    assert below_floor({"status": "not measured", "reason": "x"}) is None
+
+
+def test_labels_come_from_the_holm_adjusted_interval():
+    """Three claims: the weakest is significant alone (p ~ 0.03) but not at its Holm level
+    over the family, so it is labelled from the wider interval."""
+    a, b = values(0.02, sd=0.015)
+    alone = judge(DIRECTION, a, b)
+    assert alone["ci"][0] > 0 and alone["verdict"] == "holds"
+    levels = holm_levels([1e-6, 1e-5, alone["p"]])
+    assert levels[:2] == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2]) and levels[2] == 0.95
+    adjusted = judge(DIRECTION, a, b, level=holm_levels([alone["p"], 0.2, 0.3])[0])
+    assert adjusted["ci"] == alone["ci"] and adjusted["ci_holm"][0] < 0 < adjusted["ci"][0]
+    assert adjusted["verdict"] == "direction only"  # MDE below min_effect 0.05
+    assert adjusted["mde"] > alone["mde"]  # the MDE at the labelling level
+    strict = judge(DIRECTION | {"min_effect": 0.03}, a, b, level=adjusted["holm_level"])
+    assert alone["mde"] < 0.03 < strict["mde"]
+    assert strict["verdict"] == "underpowered" and strict["first"] == "direction only"
+    assert math.isnan(holm_levels([math.nan, 0.01])[0]) is False
+
+
+def test_mediators_are_not_confounds_and_other_differences_are():
+    """EBPO vs GRPO: EBPO's larger mean |A| is its mechanism (its estimator declares it);
+    an unequal step norm is still flagged, and unequal optimiser steps always are."""
+    ebpo = {"advantage.name": "ebpo", "loss.name": "ppo_clip"}
+    grpo = {"advantage.name": "grpo", "loss.name": "ppo_clip"}
+    assert "adv_abs_mean" in part_mediators(ebpo, grpo)
+    means = {"ebpo": {"adv_abs_mean": 0.68, "step_norm": 0.2, "optim_steps": 100.0},
+             "grpo": {"adv_abs_mean": 0.22, "step_norm": 0.2, "optim_steps": 100.0}}
+    pair = [("ebpo", "grpo")]
+    assert effective_flags(pair, means, part_mediators(ebpo, grpo)) == []
+    assert effective_flags(pair, means, [])[0].startswith("adv_abs_mean")
+    means["ebpo"] |= {"step_norm": 0.5, "optim_steps": 200.0}
+    flags = effective_flags(pair, means, [*part_mediators(ebpo, grpo), "optim_steps"])
+    assert [f.split(" ")[0] for f in flags] == ["step_norm", "optim_steps"]
+    stop = {"controller.name": "espo"}
+    assert set(part_mediators(stop, {"controller.name": "none"})) == {"rollout_tokens",
+                                                                     "update_share"}
+    assert part_mediators({"rollout.dynamic_sampling": True},
+                          {"rollout.dynamic_sampling": False}) == ["update_share",
+                                                                   "rollout_tokens"]
+    assert "optim_steps" in EFFECTIVE
+
+
+def test_a_claim_cannot_declare_optimiser_steps_a_mediator():
+    from lmpo.errors import ConfigError
+    from lmpo.experiments.spec import parse_experiment
+
+    claim = {"kind": "direction", "metric": "m", "arms": ["a", "b"], "expect": "greater",
+             "sentence": "s", "mediators": ["optim_steps"]}
+    data = {"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+            "differs_in": [], "claims": [claim]}
+    with pytest.raises(ConfigError, match="optim_steps cannot be a mediator"):
+        parse_experiment(data, "x", "x.yaml")
+    fixed = claim | {"mediators": [], "engaged": [{"arm": "a", "metric": "m", "min": 0.1}]}
+    with pytest.raises(ConfigError, match="needs its source"):
+        parse_experiment(data | {"claims": [fixed]}, "x", "x.yaml")
+
+
+# ---------------------------------------------------------------- a condition axis
+DOSES = {"L0": 0.0, "L1": 2.0, "L2": 4.0}
+SEEDS = [0, 1, 2, 3, 4]
+NOISE = [0.01, -0.02, 0.0, 0.02, -0.01]
+
+
+def synthetic_sweep(tmp_path, tiny_policy_dir):
+    """A compare directory whose rows are written by hand: at dose d, seed s, the effect
+    metric(a) - metric(b) is 0.1 d + noise_s; a's runs log the comparator distance
+    0.002 at L0 (below the floor) and 0.05 d above it."""
+    from lmpo.experiments.spec import load_experiment
+    from lmpo.experiments.sweep import plan
+
+    data = {"base": {"policy": str(tiny_policy_dir), "log": {"tensorboard": False}},
+            "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}},
+            "seeds": SEEDS, "steps": 3, "differs_in": ["loss"],
+            "conditions": {"axis": "staleness", "levels": {
+                lv: {"dose": d} | ({"rollout": {"staleness": int(d)}} if d else {})
+                for lv, d in DOSES.items()}},
+            "claims": [
+                {"kind": "direction", "metric": "m", "reduce": "last_k", "k": 2,
+                 "arms": ["a", "b"], "expect": "greater", "sentence": "a above b",
+                 "at": "L0", "min_effect": 0.05},
+                {"kind": "dose_response", "metric": "m", "reduce": "last_k", "k": 2,
+                 "arms": ["a", "b"], "expect": "greater", "sentence": "the gap grows",
+                 "min_effect": 0.1, "x": "x"}]}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "sweep"
+    runs = plan(load_experiment(path), out, jobs=1)
+    before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
+              "accuracy_trained": 0.1, "accuracy_other": None}
+    for run in runs:
+        arm, level = run.arm.split("@")
+        dose = DOSES[level]
+        value = 1.0 + (0.1 * dose + NOISE[run.seed] if arm == "a" else 0.0)
+        rows = [{"step": t, "m": value, "x": 0.5 * dose} for t in (1, 2, 3)]
+        if arm == "a":
+            for r in rows:
+                r["shadow/b/weight_tv"] = 0.002 if dose == 0 else 0.05 * dose
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
+    return out
+
+
+def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
+    from lmpo.experiments.report import report
+
+    out = synthetic_sweep(tmp_path, tiny_policy_dir)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "a@L0", "a@L1", "a@L2", "b@L0", "b@L1", "b@L2"]
+    cfg = yaml.safe_load((out / "configs" / "a@L1-seed0.yaml").read_text())
+    assert set(cfg["log"]["comparators"]["b"]) == {"loss"}  # b's loss, on a's batches
+    assert cfg["rollout"]["staleness"] == 2
+    assert not yaml.safe_load((out / "configs/b@L1-seed0.yaml").read_text())["log"][
+        "comparators"]
+    md = report(out)
+    rep = json.loads(md.with_suffix(".json").read_text())
+    assert rep["schema_version"] == 2 and rep["setup"]["conditions"]["doses"] == DOSES
+    at_l0, trend = rep["claims"]
+    assert at_l0["level"] == "L0" and at_l0["role"] == "headline"
+    assert at_l0["engagement"]["value"] == pytest.approx(0.002)
+    assert at_l0["verdict"] == "not engaged"  # effect ~0 with an interval across it
+    assert trend["kind"] == "dose_response" and trend["role"] == "headline"
+    assert trend["slope_per_dose"] == pytest.approx(0.1, abs=1e-9)
+    assert trend["effect"] == pytest.approx(0.4, abs=1e-9)  # 0.1 x the range 4
+    assert trend["verdict"] == "holds"
+    levels = {lv["level"]: lv for lv in trend["levels"]}
+    assert levels["L2"]["effect"] == pytest.approx(0.4) and levels["L2"]["x"] == 2.0
+    assert levels["L1"]["engagement"]["value"] == pytest.approx(0.1)
+    assert "dose_0.png" in rep["plots"] and (out / "dose_0.png").stat().st_size > 1000
+    text = md.read_text()
+    assert "### Dose-response" in text and "| L2 | 4.000 | 2.000 | 0.400" in text
