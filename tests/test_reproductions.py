@@ -9,14 +9,13 @@ rendering of report.json, and the README's Results rows carry report.json's numb
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lmpo.config import merge
-from lmpo.experiments.results import load, readme_rows, rendered
+from lmpo.experiments.results import load, rendered
 from lmpo.experiments.spec import arm_config, check_differs, load_experiment
 from lmpo.trainer.loop import train
 from tests.test_experiments import TINY_BASE
@@ -131,14 +130,15 @@ def test_the_committed_report_md_renders_report_json(name):
         assert (ROOT / "experiments/results" / name / plot).stat().st_size > 0
 
 
-@pytest.mark.parametrize("name", REPORTS)
-def test_the_readme_results_rows_carry_report_json_numbers(name):
-    link = f"experiments/results/{name}/report.md"
-    rows = [line for line in (ROOT / "README.md").read_text().splitlines()
-            if line.startswith("|") and f"]({link})" in line]
-    rep = load(ROOT / "experiments/results" / name)
-    assert len(rows) == len(rep["claims"])
-    if not rows:  # a pilot: no claims, no rows
-        return
-    paper = re.match(r"\| ([^|]+) \|", rows[0]).group(1)
-    assert rows == readme_rows(rep, paper, link)
+def test_the_results_pages_are_generated_from_the_committed_reports():
+    """README's summary block and docs/results.md are exactly what the committed
+    report.json files and experiments/results/summary.yaml give."""
+    from lmpo.experiments.results import current_readme, entries, results_page
+
+    assert (ROOT / "README.md").read_text() == current_readme(ROOT)
+    assert (ROOT / "docs/results.md").read_text() == results_page(ROOT)
+    listed = {e["report"] for e in entries(ROOT)}
+    with_claims = {n for n in REPORTS if load(ROOT / "experiments/results" / n)["claims"]}
+    assert listed == with_claims  # every report with claims has its row, and only those
+    for e in entries(ROOT):
+        assert 0 <= e["headline"] < len(load(ROOT / "experiments/results" / e["report"])["claims"])
