@@ -169,6 +169,7 @@ def test_rows_are_bit_identical_with_and_without_comparators(sft_run, tmp_path):
         assert 0.0 <= r["shadow/ebpo/adv_tv"] <= 1.0 and 0.0 <= r["shadow/stop/stop_diff"] <= 1
         assert r["shadow/stop/weight_tv"] == 0.0  # a controller leaves the update's weights
     assert [("shadow/cispo/grad_cos" in r) for r in b] == [True, False, True]  # steps 1, 3
+    assert all(-1 <= r["shadow/cispo/grad_cos"] <= 1 for r in (b[0], b[2]))
     assert any(r["shadow/cispo/weight_tv"] > 0 for r in b)
 
 

@@ -19,7 +19,8 @@ minibatches:
 - `shadow/<name>/stop_diff`: the share of samples whose stop decision the comparator
   controller, replayed on this rollout's regret (and values), would have made otherwise;
 - `shadow/<name>/grad_cos` (with `log.shadow_grad_cos`, on diagnostic steps): the cosine
-  of the two parameter gradients of the policy-loss term over the first minibatch.
+  of the two parameter gradients of the policy-loss term, per minibatch, token-weighted
+  over the step's minibatches like the others.
 
 Nothing here draws random numbers or touches `.grad`, so a run's other metrics are
 bit-identical with and without comparators. A comparator with state (an EBPO estimator's
@@ -70,7 +71,7 @@ class Comparator:
     adv: torch.Tensor | None = None  # [B, T] this step's advantages (with an estimator)
     _main: list = field(default_factory=list)  # this minibatch's weight vectors
     _mine: list = field(default_factory=list)
-    _grads: list | None = None  # parameter gradient over the first minibatch
+    _grads: list | None = None  # both parameter gradients over this minibatch
 
     def state_dict(self) -> dict:
         return {part: getattr(self, part).state_dict()
@@ -193,7 +194,7 @@ class Shadows:
     @staticmethod
     def _param_grads(comp: Comparator, logp, main, mine, params: list) -> None:
         """Accumulate both parameter gradients of the policy-loss term (J^T g) over the
-        first minibatch; `.grad` is left alone."""
+        minibatch's micro-batches; `.grad` is left alone."""
         both = [torch.autograd.grad(logp, params, grad_outputs=g.to(logp.dtype),
                                     retain_graph=True, allow_unused=True) for g in (main, mine)]
         flat = [torch.cat([(x if x is not None else torch.zeros_like(p)).flatten().double()
@@ -216,11 +217,11 @@ class Shadows:
                 full = f"{PREFIX}{comp.name}/{key}"
                 self._sums[full] = self._sums.get(full, 0.0) + value * n
             if comp._grads is not None:
-                self._row[f"{PREFIX}{comp.name}/grad_cos"] = cosine(*comp._grads)
+                full = f"{PREFIX}{comp.name}/grad_cos"
+                self._sums[full] = self._sums.get(full, 0.0) + cosine(*comp._grads) * n
                 comp._grads = None
         if n is not None:
             self._weight += n
-        self._want_grads = False  # the parameter gradients cover the first minibatch
 
     def end_step(self, row: dict, step: int) -> dict:
         """The step's shadow metrics; each comparator controller observes the run's row

@@ -217,8 +217,8 @@ class LogConfig:
     `lmpo compare` gives each arm of a two-arm claim the other arm's parts."""
     shadow_grad_cos: bool = False
     """With comparators: on diagnostic steps, also the cosine of the two parameter gradients
-    of the policy-loss term over the first minibatch (shadow/<name>/grad_cos; one extra
-    backward pass per comparator and one for the run's own term)."""
+    of the policy-loss term, per minibatch (shadow/<name>/grad_cos; per micro-batch one
+    extra backward pass per comparator and one for the run's own term)."""
 
 
 @dataclass
