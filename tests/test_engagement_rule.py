@@ -144,6 +144,27 @@ def test_a_claim_cannot_declare_optimiser_steps_a_mediator():
         parse_experiment(data | {"claims": [fixed]}, "x", "x.yaml")
 
 
+def test_the_default_floor_is_the_committed_calibrations():
+    """experiments/engagement_floor.py's result: the negative control exactly at 0, the
+    positive control moving the parameter gradient, and the default no higher than the
+    floor its rule gives."""
+    from pathlib import Path
+
+    from lmpo.experiments.engagement import DEFAULT_FLOOR
+
+    root = Path(__file__).resolve().parents[1]
+    cal = json.loads((root / "experiments/results/engagement_floor.json").read_text())
+    assert cal["negative_control_exact"]
+    for condition in cal["conditions"].values():
+        assert all(t == 0.0 for t, _ in condition["same"]["points"])
+        assert condition["reinforce"]["one_minus_cos_max"] > 0
+    assert 0 < DEFAULT_FLOOR <= cal["calibration"]["floor"]
+    limit = cal["calibration"]["limit_1_minus_cos"]
+    below = [d for c in cal["conditions"].values() for name, v in c.items() if name != "same"
+             for t, d in v["points"] if t <= cal["calibration"]["floor"]]
+    assert below and max(below) < limit  # the rule holds on the committed points
+
+
 # ---------------------------------------------------------------- a condition axis
 DOSES = {"L0": 0.0, "L1": 2.0, "L2": 4.0}
 SEEDS = [0, 1, 2, 3, 4]
@@ -153,7 +174,7 @@ NOISE = [0.01, -0.02, 0.0, 0.02, -0.01]
 def synthetic_sweep(tmp_path, tiny_policy_dir):
     """A compare directory whose rows are written by hand: at dose d, seed s, the effect
     metric(a) - metric(b) is 0.1 d + noise_s; a's runs log the comparator distance
-    0.002 at L0 (below the floor) and 0.05 d above it."""
+    0.0005 at L0 (below the floor) and 0.05 d above it."""
     from lmpo.experiments.spec import load_experiment
     from lmpo.experiments.sweep import plan
 
@@ -183,7 +204,7 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
         rows = [{"step": t, "m": value, "x": 0.5 * dose} for t in (1, 2, 3)]
         if arm == "a":
             for r in rows:
-                r["shadow/b/weight_tv"] = 0.002 if dose == 0 else 0.05 * dose
+                r["shadow/b/weight_tv"] = 0.0005 if dose == 0 else 0.05 * dose
         run.run_dir.mkdir(parents=True)
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
@@ -206,7 +227,7 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
     assert rep["schema_version"] == 2 and rep["setup"]["conditions"]["doses"] == DOSES
     at_l0, trend = rep["claims"]
     assert at_l0["level"] == "L0" and at_l0["role"] == "headline"
-    assert at_l0["engagement"]["value"] == pytest.approx(0.002)
+    assert at_l0["engagement"]["value"] == pytest.approx(0.0005)
     assert at_l0["verdict"] == "not engaged"  # effect ~0 with an interval across it
     assert trend["kind"] == "dose_response" and trend["role"] == "headline"
     assert trend["slope_per_dose"] == pytest.approx(0.1, abs=1e-9)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.engagement import DEFAULT_FLOOR
 from lmpo.experiments.report import report
 from lmpo.experiments.spec import arm_config, check_differs, load_experiment, parse_experiment
 from lmpo.experiments.stats import EFFECTIVE, reduce_metric, summarize
@@ -176,7 +177,7 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
     for c in judged:
         eng = c["engagement"]
         assert eng["metric"] == "shadow/grpo/weight_tv" and eng["comparator"] == "grpo"
-        assert 0 < eng["value"] <= 1 and eng["n"] == 3 and eng["floor"] == 0.01
+        assert 0 < eng["value"] <= 1 and eng["n"] == 3 and eng["floor"] == DEFAULT_FLOOR
     assert judged[4]["verdict"] not in ("confounded", "not engaged") and \
         judged[4]["method"] == "paired t" and judged[4]["min_effect"] == 0.01
     assert all("ci_holm" in c and "mde" in c for c in judged)

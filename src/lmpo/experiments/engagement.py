@@ -35,7 +35,7 @@ from lmpo.experiments.comparators import engagement_metric, unreplayable
 from lmpo.experiments.conditions import split_arm
 from lmpo.experiments.stats import interval, reduce_metric
 
-DEFAULT_FLOOR = 0.01
+DEFAULT_FLOOR = 0.001  # experiments/results/engagement_floor.json: 0.001
 
 
 def not_measured(reason: str) -> dict:
