@@ -62,6 +62,11 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                           rows_with("lmpo_vs_generate", "regret_cost")),
         "step_overhead": (["--policy", tiny, "--steps", "3", "--warmup", "1"],
                           lambda r: r["ratio"] > 0 and r["measured_steps"] == 2),
+        "shadow_cost": (["--policy", tiny, "--steps", "2", "--repeats", "1"],
+                        lambda r: set(r["variants"]) == {"none", "loss",
+                                                         "loss+estimator+controller",
+                                                         "loss+grad_cos"}
+                        and r["variants"]["none"]["ratio"] == 1.0),
         "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1"],
                        rows_with("ratio", "floor_s", "step_s", "tflop")),
     }

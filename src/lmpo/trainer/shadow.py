@@ -137,14 +137,20 @@ def check_family(comp: Comparator, cfg, where: str) -> None:
 def build_shadows(cfg) -> Shadows | None:
     """The run's comparators (None when it names none)."""
     comparators = build_comparators(cfg)
-    return Shadows(comparators, cfg.log.shadow_grad_cos) if comparators else None
+    if not comparators:
+        return None
+    from lmpo.losses import get_loss
+
+    return Shadows(comparators, get_loss(cfg.loss.name, **cfg.loss.hparams),
+                   cfg.log.shadow_grad_cos)
 
 
 class Shadows:
     """Every comparator of a run, fed by the trainer at each stage of a step."""
 
-    def __init__(self, comparators: list[Comparator], grad_cos: bool = False):
+    def __init__(self, comparators: list[Comparator], loss_fn, grad_cos: bool = False):
         self.comparators = comparators
+        self.loss_fn = loss_fn  # the run's own loss: a comparator that keeps it uses it
         self.grad_cos = grad_cos
         self._sums: dict[str, float] = {}
         self._weight = 0.0
@@ -172,20 +178,25 @@ class Shadows:
                 self._row[f"{PREFIX}{comp.name}/stop_diff"] = stop_diff(
                     comp.controller, scored.rollout, state.critic, batch)
 
-    def micro(self, logp: torch.Tensor, batch, micro: torch.Tensor, m: torch.Tensor,
-              counts: dict, agg: str, loss_fn, params: list) -> None:
-        """One micro-batch of the update: the run's and each comparator's weights, from
-        the micro-batch's log-probs (detached: the run's graph is not touched)."""
+    def micro(self, logp: torch.Tensor, policy_term: torch.Tensor, batch, micro: torch.Tensor,
+              m: torch.Tensor, counts: dict, agg: str, params: list) -> None:
+        """One micro-batch of the update: the run's weights, d(policy_term)/d logp through
+        the run's own graph (kept for its backward), and each comparator's, from the
+        micro-batch's log-probs detached (the run's graph is not touched)."""
         if not self.comparators:
             return
-        lp = logp.detach().requires_grad_(True)
         valid = m.bool()
+        (main,) = torch.autograd.grad(policy_term, logp, retain_graph=True, allow_unused=True)
+        main = torch.zeros_like(logp) if main is None else main.detach() * m
+        lp = logp.detach().requires_grad_(True)
         old, adv = batch.old_logp[micro], batch.adv[micro]
         isw = None if batch.is_weights is None else batch.is_weights[micro]
-        main = token_weights(lp, old, adv, m, loss_fn, agg, counts, isw)
         for comp in self.comparators:
-            mine = token_weights(lp, old, adv if comp.adv is None else comp.adv[micro], m,
-                                 comp.loss_fn or loss_fn, comp.agg or agg, counts, isw)
+            if comp.loss_fn is None and comp.adv is None:
+                mine = main  # a controller alone leaves the update's weights as they are
+            else:
+                mine = token_weights(lp, old, adv if comp.adv is None else comp.adv[micro], m,
+                                     comp.loss_fn or self.loss_fn, comp.agg or agg, counts, isw)
             comp._main.append(main[valid])
             comp._mine.append(mine[valid])
             if self._want_grads:

@@ -97,12 +97,12 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                                          batch.resp_ids[micro], cfg.rollout.temperature,
                                          share_prompts=cfg.optim.shared_prefix)
         loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
-        if shadows is not None:
-            shadows.micro(logp, batch, micro, m, counts, agg, loss_fn,
-                          [p for p in policy.parameters() if p.requires_grad])
         if batch.is_weights is not None:  # as verl: pg_losses * rollout_is_weights
             loss_tok = loss_tok * batch.is_weights[micro]
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
+        if shadows is not None:  # the run's own weights from its policy term, graph kept
+            shadows.micro(logp, terms["policy"], batch, micro, m, counts, agg,
+                          [p for p in policy.parameters() if p.requires_grad])
         if nll:
             terms["nll"] = cfg.loss.nll_coef * aggregate(
                 -logp * m, m * batch.correct[micro, None], agg, **nll_counts)
