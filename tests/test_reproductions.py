@@ -130,6 +130,15 @@ def test_the_committed_report_md_renders_report_json(name):
         assert (ROOT / "experiments/results" / name / plot).stat().st_size > 0
 
 
+def test_the_committed_demo_report_renders_its_json():
+    folder = ROOT / "docs/demo_report"
+    rep = load(folder)
+    assert (folder / "report.md").read_text() == rendered(rep)
+    assert "dose_0.png" in rep["plots"] and all((folder / p).exists() for p in rep["plots"])
+    levels = next(c for c in rep["claims"] if c["kind"] == "dose_response")["levels"]
+    assert [lv["dose"] for lv in levels] == [0.0, 2.0, 8.0]
+
+
 def test_the_results_pages_are_generated_from_the_committed_reports():
     """README's summary block and docs/results.md are exactly what the committed
     report.json files and experiments/results/summary.yaml give."""
