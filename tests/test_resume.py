@@ -44,30 +44,41 @@ def weights(run_dir):
     return load_file(str(Path(run_dir) / "policy" / "model.safetensors"))
 
 
-@pytest.mark.parametrize("preset,crashes", [
-    ("espo", ["after_row@2", "mid_checkpoint@4", "before_row@5"]),
-    ("ebpo", ["after_checkpoint@1", "mid_checkpoint@3", "after_row@5"]),
+# a stateful comparator (its own EBPO moments, checkpointed with the run) and a loss one
+SHADOWS = ("log.comparators={ebpo_fast: {advantage: {name: ebpo, hparams: {decay: 0.5}}}, "
+           "cispo: {loss: {name: cispo}}}",)
+
+
+@pytest.mark.parametrize("preset,crashes,extra", [
+    ("espo", ["after_row@2", "mid_checkpoint@4", "before_row@5"], ()),
+    ("ebpo", ["after_checkpoint@1", "mid_checkpoint@3", "after_row@5"], SHADOWS),
 ])
-def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, sft_run, tmp_path):
+def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, extra, sft_run,
+                                                           tmp_path):
     """The warm-started policy, so that rewards vary and EBPO/ESPO/critic state matters
     (with a random policy every reward is 0 and a lost estimator state goes unnoticed).
-    Each crash exits the process at once (as abruptly as SIGKILL) at a named point."""
+    Each crash exits the process at once (as abruptly as SIGKILL) at a named point. The
+    EBPO run's same-batch comparators resume too: their rows match the uninterrupted
+    run's."""
     policy, _ = sft_run
     env = os.environ | {"PYTHONHASHSEED": "0"}
     env.pop("LMPO_CRASH_AT", None)
     full = tmp_path / "full"
-    subprocess.run(command(preset, policy, full), check=True, env=env, capture_output=True)
+    subprocess.run(command(preset, policy, full, extra=extra), check=True, env=env,
+                   capture_output=True)
     crashed = tmp_path / "crashed"
     for i, spec in enumerate(crashes):
-        proc = subprocess.run(command(preset, policy, crashed, resume=i > 0),
+        proc = subprocess.run(command(preset, policy, crashed, resume=i > 0, extra=extra),
                               env=env | {"LMPO_CRASH_AT": spec}, capture_output=True)
         assert proc.returncode == CRASH_EXIT_CODE, (spec, proc.stderr.decode()[-2000:])
-    subprocess.run(command(preset, policy, crashed, resume=True), check=True, env=env,
-                   capture_output=True)
+    subprocess.run(command(preset, policy, crashed, resume=True, extra=extra), check=True,
+                   env=env, capture_output=True)
 
     want, got = read_rows(full / "metrics.jsonl"), read_rows(crashed / "metrics.jsonl")
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))  # none missing or duplicated
     assert comparable(got) == comparable(want)
+    if extra:
+        assert all(1e-6 < r["shadow/ebpo_fast/adv_tv"] <= 1 for r in got[1:])
     a, b = weights(full), weights(crashed)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert json.loads((crashed / "eval.json").read_text()) == json.loads(
