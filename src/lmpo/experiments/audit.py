@@ -29,7 +29,7 @@ from lmpo.experiments.engagement import (
     not_measured,
     part_mediators,
 )
-from lmpo.experiments.spec import NEVER_COUNT, covered
+from lmpo.experiments.keys import NEVER_COUNT, covered
 from lmpo.experiments.stats import (
     EFFECTIVE,
     PRE_CLIP,

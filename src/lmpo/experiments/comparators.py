@@ -20,6 +20,7 @@ from dataclasses import replace
 from lmpo.config import build, to_dict
 from lmpo.errors import ConfigError
 from lmpo.experiments.conditions import split_arm
+from lmpo.experiments.keys import NEVER_COUNT, covered
 
 PART_SECTIONS = ("loss", "advantage", "controller")
 PART_KEYS = ("loss.name", "loss.hparams", "loss.agg", "advantage", "controller")
@@ -70,22 +71,22 @@ def claim_pairs(exp) -> dict[str, dict[str, str]]:
     return out
 
 
-def comparator_log(exp, arm, seed: int) -> dict:
-    """{log: {comparators: {...}}} for `arm`'s runs, or {} (no claim pairs it)."""
-    from lmpo.experiments.spec import arm_data
+def comparator_log(exp, arm, data_of) -> dict:
+    """{log: {comparators: {...}}} for `arm`'s runs, or {} (no claim pairs it);
+    `data_of(arm)` is an arm's raw config mapping without comparators."""
     from lmpo.trainer.train_config import TrainConfig
 
     pairs = claim_pairs(exp).get(arm.name, {})
     if not pairs:
         return {}
     try:
-        mine = build(TrainConfig, arm_data(exp, arm, seed, comparators=False))
+        mine = build(TrainConfig, data_of(arm))
     except ConfigError:
         return {}  # the arm itself fails to build: its own error says why
     comps = {}
     for name, other in pairs.items():
         try:
-            theirs = build(TrainConfig, arm_data(exp, exp.arm(other), seed, comparators=False))
+            theirs = build(TrainConfig, data_of(exp.arm(other)))
         except ConfigError:
             continue
         spec = comparator_spec(mine, theirs)
@@ -117,8 +118,6 @@ def engagement_metric(spec: dict) -> str:
 def unreplayable(flat_x: dict, flat_y: dict) -> list[str]:
     """The resolved keys two arms' configs differ in that a comparator cannot replay on the
     same batch (outside the parts, the never-counted keys and what is shared by design)."""
-    from lmpo.experiments.spec import NEVER_COUNT, covered
-
     keys = set(flat_x) | set(flat_y)
     return sorted(k for k in keys
                   if k.split(".")[0] not in NEVER_COUNT and not covered(k, list(PART_KEYS))

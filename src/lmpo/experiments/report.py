@@ -26,7 +26,8 @@ from lmpo.experiments.diagnostics import method_diagnostics
 from lmpo.experiments.engagement import DEFAULT_FLOOR
 from lmpo.experiments.engine_logs import engine_rows
 from lmpo.experiments.frontier import frontier_lines, frontier_table
-from lmpo.experiments.spec import COMPARATOR_KEY, parse_experiment
+from lmpo.experiments.keys import COMPARATOR_KEY
+from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows

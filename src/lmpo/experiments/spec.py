@@ -46,15 +46,13 @@ from lmpo.experiments.conditions import (
     run_arm,
 )
 from lmpo.experiments.frontier import check_frontier
+from lmpo.experiments.keys import COMPARATOR_KEY, PER_RUN_KEYS, covered
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
 RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions")
-PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
-NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
-COMPARATOR_KEY = "log.comparators"  # follows from the claims: never an arm's own setting
 
 
 @dataclass
@@ -234,7 +232,8 @@ def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
     if comparators:
         from lmpo.experiments.comparators import comparator_log
 
-        data = merge(data, comparator_log(exp, arm, seed))
+        data = merge(data, comparator_log(
+            exp, arm, lambda other: arm_data(exp, other, seed, comparators=False)))
     return data
 
 
@@ -265,10 +264,6 @@ def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = No
         return build(TrainConfig, data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-
-
-def covered(key: str, prefixes: list[str]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
 def arm_differences(exp: Experiment, seed: int = 0) -> dict[str, dict[str, object]]:

@@ -23,7 +23,7 @@ minibatches:
   over the step's minibatches like the others.
 
 Nothing here draws random numbers or touches `.grad`, so a run's other metrics are
-bit-identical with and without comparators. A comparator with state (an EBPO estimator's
+bit-identical with and without comparators. A comparator with state (an estimator's global
 moments, a controller's EMAs) keeps its own, checkpointed with the run (`state_dict`).
 """
 

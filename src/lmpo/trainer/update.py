@@ -87,7 +87,6 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
     if nll:  # the NLL term's own counts: the correct responses' tokens in the minibatch
         right = resp_mask[mb] * batch.correct[mb, None]
         nll_counts = counts | {"num_tokens": right.sum(), "num_seqs": (right.sum(-1) > 0).sum()}
-    t = resp_mask.shape[1]
     sums: dict[str, float] = defaultdict(float)
     device = next(policy.parameters()).device
     for micro in mb.split(cfg.optim.micro_batch_size):
@@ -112,11 +111,7 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         if cfg.optim.entropy_coef:
             terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
         if critic is not None:
-            with autocast(cfg, device):
-                v = critic_values(critic, batch.ids[micro], batch.mask[micro], t).float()
-            vl_tok, v_metrics = value_loss(v, batch.old_values[micro], batch.returns[micro], m,
-                                           clip=cfg.critic.value_clip)
-            vl = aggregate(vl_tok, m, "token-mean", num_tokens=counts["num_tokens"])
+            vl, v_metrics = value_term(critic, batch, micro, m, counts, cfg, device)
             terms["value"] = cfg.critic.value_coef * vl
             sums["value/loss"] += float(vl.detach())
         bad = next((k for k, x in terms.items() if not torch.isfinite(x)), None)
@@ -133,6 +128,16 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                 combine(sums, k, x, frac)
         sums["policy/entropy_update"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
+
+
+def value_term(critic, batch: TrainBatch, micro: torch.Tensor, m: torch.Tensor, counts: dict,
+               cfg, device: torch.device) -> tuple[torch.Tensor, dict]:
+    """The critic's clipped value loss on one micro-batch, token-mean, and its metrics."""
+    with autocast(cfg, device):
+        v = critic_values(critic, batch.ids[micro], batch.mask[micro], m.shape[1]).float()
+    vl_tok, v_metrics = value_loss(v, batch.old_values[micro], batch.returns[micro], m,
+                                   clip=cfg.critic.value_clip)
+    return aggregate(vl_tok, m, "token-mean", num_tokens=counts["num_tokens"]), v_metrics
 
 
 def clip_metrics(norm: float, clip: float) -> dict[str, float]:
