@@ -150,6 +150,32 @@ def test_jsonl_is_correct_matches_its_exact_score(tmp_path):
 
 
 # ---------------------------------------------------------------- held-out set
+def test_the_memoised_probe_equals_a_fresh_draw_and_tells_tasks_apart(monkeypatch):
+    """heldout_split memoises each generated tier's probe by the task's draw_key: the
+    memo's split equals one drawn afresh, a task with other parameters or another class
+    (another prompt format) gets its own, and a task without draw_key is drawn each time."""
+    import lmpo.tasks.heldout as ho
+    from lmpo.tasks.rg import ReasoningGymTask
+
+    task = get_task("chain_sum")
+    monkeypatch.setattr(ho, "_PROBES", {})
+    fresh = [p.prompt for p in ho.heldout_split(task, 30).problems]
+    assert len(ho._PROBES) == len(task.clusters)
+    memo = ho.heldout_split(get_task("chain_sum"), 30)
+    assert [p.prompt for p in memo.problems] == fresh and len(ho._PROBES) == len(task.clusters)
+    tier = task.clusters[0]
+    plain = ReasoningGymTask("chain_sum", {"tiers": {tier: task.params[tier]}})  # raw prompts
+    assert plain.draw_key(tier) != task.draw_key(tier)
+    raw = ho.heldout_split(plain, 30).problems
+    assert raw[0].prompt != fresh[0] and " " in raw[0].prompt
+    calls = []
+    monkeypatch.setattr(type(task), "draw_key", None)  # no key: never memoised
+    monkeypatch.setattr(type(task), "sample", lambda self, n, rng, cluster=None:
+                        calls.append(1) or [Problem("1+1=", "2", cluster)])
+    ho.heldout_split(get_task("chain_sum"), 30)
+    assert len(calls) == len(task.clusters)
+
+
 def test_heldout_set_is_fixed_deduplicated_and_capped_for_small_tiers():
     from lmpo.tasks.heldout import heldout_split
 

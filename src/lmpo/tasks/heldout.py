@@ -61,6 +61,24 @@ def _distinct(problems) -> list[Problem]:
     return list(seen.values())
 
 
+# A generated tier's probe is a pure function of the task's definition and the seed: a
+# process that opens many runs (a test session, a notebook) draws each one once.
+_PROBES: dict[tuple, list[Problem]] = {}
+
+
+def _probe(task, tier: str, seed: int) -> list[Problem]:
+    """The distinct problems of `PROBE` seeded draws from `tier`, memoised when the task
+    names what its draws depend on (`draw_key(tier)`, hashable)."""
+    key_of = getattr(task, "draw_key", None)
+    key = None if key_of is None else (key_of(tier), seed, PROBE)
+    if key is None or key not in _PROBES:
+        found = _distinct(task.sample(PROBE, random.Random(f"{seed}:{tier}"), cluster=tier))
+        if key is None:
+            return found
+        _PROBES[key] = found
+    return list(_PROBES[key])
+
+
 def heldout_split(task, per_tier: int, *, seed: int = HELDOUT_SEED) -> HeldOut:
     """The fixed held-out problems of every tier of `task` (independent of any training seed)."""
     if per_tier < 1:
@@ -73,8 +91,7 @@ def heldout_split(task, per_tier: int, *, seed: int = HELDOUT_SEED) -> HeldOut:
             random.Random(f"{seed}:{tier}").shuffle(candidates)
             exact = True
         else:
-            draws = task.sample(PROBE, random.Random(f"{seed}:{tier}"), cluster=tier)
-            candidates = _distinct(draws)
+            candidates = _probe(task, tier, seed)
             d = len(candidates)
             exact = d * math.exp(-PROBE / d) < 0.01
         n = min(per_tier, int(MAX_HELDOUT_FRAC * len(candidates))) if exact else per_tier

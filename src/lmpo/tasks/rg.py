@@ -71,6 +71,14 @@ class ReasoningGymTask:
         self._scorers.setdefault(tier, ds)
         return [ds[i] for i in range(n)]
 
+    def draw_key(self, tier: str) -> tuple:
+        """What this task's draws from `tier` depend on (lmpo.tasks.heldout memoises its
+        probe by it): the class that turns entries into problems, the dataset, the tier's
+        parameters."""
+        cls = type(self)
+        return (cls.__module__, cls.__qualname__, self.dataset, tier,
+                repr(sorted(self.params[tier].items())))
+
     def sample(self, n: int, rng: random.Random, cluster: str | None = None) -> list[Problem]:
         if cluster is not None and cluster not in self.params:
             raise UnknownName(f"unknown tier {cluster!r}{nearest(cluster, self.clusters)} for task "
