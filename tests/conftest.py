@@ -52,13 +52,35 @@ def tiny_rm_dir(tiny_policy_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def sft_run(tmp_path_factory):
-    """A nano policy warm-started on chain sums as the `nano-chain-sum` SFT preset does
-    (800 steps, ~70 s): the testbed's starting point, shared by the SFT and RL tests."""
-    from lmpo.config import load_config
-    from lmpo.sft import SFTConfig, run_sft
+def sft_run(lmpo_home):
+    """The testbed's starting policy, the `nano-chain-sum` warm start (800 SFT steps), built
+    once per test session into the session's LMPO_HOME: the same cache entry every test
+    that names `policy: nano-chain-sum` (a preset's default) reads, so it is built once.
+    Returns (model folder, the SFT's summary: losses, evaluation, held-out counts)."""
+    import json
 
-    out = tmp_path_factory.mktemp("sft") / "policy"
-    cfg = load_config(SFTConfig, None, ["steps=800", "batch_size=64", "eval_per_tier=50",
-                                        f"out={out}", "max_new_tokens=16"])
-    return out, run_sft(cfg, progress=False)
+    from lmpo.warmstart import cached_policy
+
+    path = cached_policy("nano-chain-sum", progress=False)
+    return path, json.loads((path / "eval.json").read_text())
+
+
+# `make test-fast` (pytest -m "not slow"): the inner loop, every test that runs no training
+# beyond a few tiny steps. `make test` and .ci/run still run everything. A test is slow when
+# it needs the warm-started policy (an 800-step SFT shared by the session), runs a whole
+# module of slow work (below), or says so (@pytest.mark.slow).
+SLOW_FIXTURES = {"sft_run"}
+SLOW_MODULES = {"test_benchmarks", "test_real_model", "test_recipe", "test_install",
+                "test_resume", "test_reward_model", "test_robustness", "test_export_data"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: beyond the fast tier's budget (make test-fast "
+                                       "leaves it out; make test runs it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -26,8 +26,37 @@ def run_script(argv: list[str], out: Path, home: Path, timeout: int = 240) -> No
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def bench(name: str, *args: str, out: Path, home: Path) -> dict:
-    run_script([sys.executable, f"{name}.py", *args], out, home)
+def run_in_process(name: str, args: list[str], out: Path, home: Path, monkeypatch) -> None:
+    """`python NAME.py ARGS` from benchmarks/, in this process (a new interpreter costs ~8 s
+    of imports per script): the same argv, working directory and environment; the script's
+    modules are dropped afterwards (`common` reads LMPO_BENCH_RESULTS on import) and torch's
+    thread count is restored."""
+    import runpy
+
+    import torch
+
+    monkeypatch.setenv("LMPO_BENCH_RESULTS", str(out))
+    monkeypatch.setenv("LMPO_HOME", str(home))
+    monkeypatch.chdir(BENCH)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *args])
+    monkeypatch.syspath_prepend(str(BENCH))
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(BENCH / f"{name}.py"), run_name="__main__")
+    except SystemExit as exc:
+        assert exc.code in (None, 0), f"{name}.py exited with {exc.code!r}"
+    finally:
+        torch.set_num_threads(threads)
+        for mod in [k for k, v in sys.modules.items()
+                    if str(getattr(v, "__file__", None) or "").startswith(str(BENCH))]:
+            del sys.modules[mod]
+
+
+def bench(name: str, *args: str, out: Path, home: Path, monkeypatch=None) -> dict:
+    if monkeypatch is None:
+        run_script([sys.executable, f"{name}.py", *args], out, home)
+    else:
+        run_in_process(name, list(args), out, home, monkeypatch)
     files = list(out.glob("*.json"))
     assert len(files) == 1, files
     result = json.loads(files[0].read_text())
@@ -42,7 +71,8 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
         return lambda r: r["rows"] and all(set(keys) <= set(row) for row in r["rows"])
 
     return {
-        "condition_cost": (["--steps", "2", "--rounds", "1", "--policy", tiny],
+        "condition_cost": (["--steps", "2", "--rounds", "1", "--policy", tiny,
+                            "--corrections", "tis", "mis"],
                            lambda r: {"plain", "fp8_e4m3", "correction_tis"} <= set(r["results"])
                            and all(v["seconds"] > 0 for v in r["correction_own"].values())),
         "logprobs_memory": (["--rows", "32", "--vocab", "300", "--repeats", "1"],
@@ -79,9 +109,10 @@ def test_every_benchmark_script_has_a_smoke_test():
 
 
 @pytest.mark.parametrize("name", sorted(cases("x")))
-def test_benchmark_smoke(name, tiny_policy_dir, tmp_path):
+def test_benchmark_smoke(name, tiny_policy_dir, tmp_path, monkeypatch):
     args, check = cases(str(tiny_policy_dir))[name]
-    result = bench(name, *args, out=tmp_path / "out", home=tmp_path / "home")
+    result = bench(name, *args, out=tmp_path / "out", home=tmp_path / "home",
+                   monkeypatch=monkeypatch)
     assert check(result), json.dumps(result)[:2000]
 
 

@@ -208,6 +208,7 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
     assert json.loads((tmp_path / "crashed" / "sweep.json").read_text())[-1]["wall_s"] < 5
 
 
+@pytest.mark.slow  # a sweep of several runs
 def test_a_failing_arm_is_reported_and_the_others_finish(tiny_policy_dir, tmp_path, capsys):
     exp = experiment(tmp_path, tiny_policy_dir, differs_in=["loss", "rollout"], arms={
         "grpo": {"preset": "grpo"},
@@ -222,6 +223,7 @@ def test_a_failing_arm_is_reported_and_the_others_finish(tiny_policy_dir, tmp_pa
                for s in (0, 1))
 
 
+@pytest.mark.slow  # a sweep of several runs
 def test_an_amended_sweep_reruns_only_what_changed_and_says_so(tiny_policy_dir, tmp_path,
                                                                capsys):
     """Rerunning with a note and a changed preset: the finished run of the changed arm is
@@ -308,6 +310,7 @@ def test_list_prints_each_runs_command_in_start_order(tiny_policy_dir, tmp_path,
     assert not (tmp_path / "out" / "runs").exists()
 
 
+@pytest.mark.slow  # a sweep of several runs
 def test_report_files_every_png_it_names_is_an_image(tiny_policy_dir, tmp_path):
     import matplotlib.image
 
@@ -326,6 +329,7 @@ def test_report_files_every_png_it_names_is_an_image(tiny_policy_dir, tmp_path):
     assert os.path.exists(tmp_path / "out" / "report.json")
 
 
+@pytest.mark.slow  # a sweep of several runs
 def test_the_readme_walkthrough_compares_a_users_own_loss(tiny_policy_dir, tmp_path):
     """In a fresh process: building the arms imports the user's module, which registers
     its loss in the (global) registry."""

@@ -103,6 +103,7 @@ def test_a_pilot_never_uses_its_experiments_seeds(name):
         assert not set(pilot.seeds) & set(load_experiment(path).seeds)
 
 
+@pytest.mark.slow  # every arm of every experiment
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_arm_runs_two_steps_and_logs_what_its_claims_read(name, tiny_policy_dir,
                                                                   tiny_rm_dir, tmp_path):

@@ -9,7 +9,7 @@ docs and adapters so that none of them names a loss:
   testbed's, which every other arm shares (a test checks it).
 - `title`, `source`, `summary`: the README's Methods table (`lmpo methods`).
 - `diagnostics`: metrics that show the mechanism in reports (`loss/...`, `diag/...`).
-- `acts`: {metric, above}: the metric that must exceed `above` in the first 20 steps of
+- `acts`: {metric, above}: the metric that must exceed `above` in the first 40 steps of
   the loss's preset (its mechanism acts at all; a smoke test).
 - `engagement`: the method's own diagnostic, shown beside a claim's measured same-batch
   engagement as context (docs/reproductions.md).
