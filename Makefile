@@ -74,17 +74,31 @@ $(TRL_VENV)/.installed-stamp: pyproject.toml
 	touch $@
 
 test-verl: $(VERL_VENV)/.installed-stamp
-	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py)
+	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py)
 
 test-trl: $(TRL_VENV)/.installed-stamp
-	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py)
+	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py tests/test_engine_envs.py)
 
-# Build the wheel, install it (and only it) into a fresh environment, then use it from an
-# empty directory: lmpo presets, lmpo train --config grpo --steps 2, lmpo eval.
+# The wheel alone (torch and numpy, no extras) in a fresh environment: what it requires,
+# that nothing else is installed, then every loss, estimator and correction against its
+# float64 reference there (the two tests below train a policy: the core suite runs them).
+# Then the wheel with the training extra, used from an empty directory: lmpo presets, a
+# short lmpo sft, lmpo train --steps 2 from it, lmpo eval, lmpo compare --list.
+MIN_VENV := .venv-min
+CORE_TESTS := tests/test_losses_reference.py tests/test_loss_registry.py \
+	tests/test_loss_properties.py tests/test_loss_hypothesis.py tests/test_aggregate.py \
+	tests/test_advantages_group.py tests/test_advantages_ebpo.py tests/test_advantages_peers.py \
+	tests/test_gae.py tests/test_corrections.py \
+	--deselect tests/test_corrections.py::test_weights_scale_each_tokens_loss_and_rejection_leaves_the_counts \
+	--deselect tests/test_corrections.py::test_nll_on_correct_responses_adds_its_own_token_mean
 test-wheel: $(STAMP)
-	rm -rf dist $(WHEEL_VENV)
+	rm -rf dist $(WHEEL_VENV) $(MIN_VENV)
 	$(PY) -m pip wheel -q --no-deps -w dist .
-	.ci/install-env $(WHEEL_VENV) dist/lmpo-*.whl
+	.ci/install-env $(MIN_VENV) dist/lmpo-*.whl
+	$(MIN_VENV)/bin/python tests/minimal_env.py
+	.ci/install-env $(MIN_VENV) 'pytest>=8' 'hypothesis>=6.100'
+	$(call run_pytest,$(MIN_VENV)/bin/python,-p no:cacheprovider $(CORE_TESTS))
+	.ci/install-env $(WHEEL_VENV) "$$(ls dist/lmpo-*.whl)[train]"
 	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
 
 # What benchmarks/gpu_check.sh installs on a CUDA machine with no network, beside that
@@ -121,5 +135,5 @@ bench-trl: $(TRL_VENV)/.installed-stamp
 	$(TRL_VENV)/bin/python benchmarks/rm_vs_trl.py --epochs 2 --rounds 2
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(MIN_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
 		.ruff_cache .cache

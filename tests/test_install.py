@@ -131,3 +131,16 @@ def test_your_own_method_is_one_file_one_registry_line_and_one_preset(tiny_polic
         [sys.executable, "-m", "lmpo", "train", "--config", "capped.yaml", "--run-dir", "x",
          "imports=[nowhere.py]"], cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 2 and "imports: 'nowhere.py' failed" in bad.stderr
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
+    """The package alone is torch and numpy: a command that needs the training extra says
+    so in one line (exit 2), naming the module and the pip line."""
+    from lmpo.cli import main
+
+    monkeypatch.setitem(sys.modules, "rich", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "rich.console", raising=False)
+    assert main(["presets"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("lmpo presets: error: rich is not installed: this command needs the train "
+                   "extra (pip install 'lmpo[train]')")

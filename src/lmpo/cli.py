@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "controller, with its source and presets")
     me.add_argument("--markdown", action="store_true", help="print the table as markdown")
     me.add_argument("--readme", metavar="FILE",
-                    help="rewrite the methods table between FILE's markers (README.md)")
+                    help="rewrite the methods table between FILE's markers "
+                         "(docs/methods-reference.md)")
     return parser
 
 
@@ -363,6 +364,15 @@ COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "methods": cmd_methods}
 
 
+# the modules of the optional extras (pyproject.toml), by import name: a command that needs
+# one that is missing says which extra brings it (the package alone is torch and numpy)
+EXTRA_OF = {m: "train" for m in ("transformers", "tokenizers", "safetensors", "reasoning_gym",
+                                 "scipy", "yaml", "rich", "matplotlib", "tensorboard",
+                                 "pyarrow", "datasets")}
+EXTRA_OF |= {m: "real" for m in ("gguf", "accelerate", "peft", "math_verify")}
+EXTRA_OF |= {"verl": "verl", "trl": "trl", "wandb": "wandb"}
+
+
 def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
@@ -384,6 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     except LmpoError as exc:  # what the user can fix: one line, no traceback
         print(f"lmpo {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").split(".")[0]
+        extra = EXTRA_OF.get(module)
+        if extra is None:
+            raise
+        print(f"lmpo {args.command}: error: {module} is not installed: this command needs "
+              f"the {extra} extra (pip install 'lmpo[{extra}]')", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
