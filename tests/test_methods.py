@@ -1,4 +1,4 @@
-"""`lmpo methods` and the README's Methods table, generated from the registries."""
+"""`lmpo methods` and docs/methods-reference.md's table, generated from the registries."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lmpo.errors import ConfigError
 from lmpo.losses import list_losses
 from lmpo.rollout import CONTROLLERS, list_controllers
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "methods-reference.md"
 
 
-def test_the_readme_methods_table_is_current():
-    assert methods.readme_block() in README.read_text(), \
-        "the README's Methods table is stale: run `lmpo methods --readme README.md`"
+def test_the_methods_table_is_current():
+    assert methods.readme_block() in PAGE.read_text(), \
+        "the methods table is stale: run `lmpo methods --readme docs/methods-reference.md`"
 
 
 def test_every_registered_method_is_a_row_with_its_source():

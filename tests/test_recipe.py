@@ -1,6 +1,6 @@
-"""The README's "Your own method" recipe, followed literally in a copy of the repository:
-the files it names and nothing else, then the README regenerated, and the registry,
-reference, preset, architecture and README tests pass there, the new ones included."""
+"""docs/your-method.md's recipe, followed literally in a copy of the repository: the files
+it names and nothing else, then the methods page regenerated, and the registry, reference,
+preset, architecture and methods-page tests pass there, the new ones included."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def recipe_files() -> dict[str, str]:
     """{path: code} for every fenced block of the section whose introducing line names a
     path inside the repository (src/... or tests/...)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Your own method", 1)[1].split("\n### ", 1)[0]
+    section = (ROOT / "docs" / "your-method.md").read_text()
     files = {}
     for fence in re.finditer(r"```(?:python|yaml)\n(.*?)```", section, re.S):
         intro = section[:fence.start()].rstrip().rsplit("\n\n", 1)[-1]  # its paragraph
@@ -46,10 +45,11 @@ def test_following_the_recipe_in_a_copy_passes_the_tests(tmp_path):
         assert not (copy / path).exists(), path
         (copy / path).write_text(code)
     env = os.environ | {"PYTHONPATH": f"{copy / 'src'}{os.pathsep}{copy}"}
-    methods = subprocess.run([sys.executable, "-m", "lmpo", "methods", "--readme", "README.md"],
-                             cwd=copy, env=env, capture_output=True, text=True)
+    methods = subprocess.run([sys.executable, "-m", "lmpo", "methods", "--readme",
+                              "docs/methods-reference.md"], cwd=copy, env=env, capture_output=True,
+                             text=True)
     assert methods.returncode == 0, methods.stderr[-2000:]
-    assert "capped_pg" in (copy / "README.md").read_text()
+    assert "capped_pg" in (copy / "docs" / "methods-reference.md").read_text()
     tests = ["tests/test_losses_reference.py", "tests/test_loss_registry.py",
              "tests/test_presets.py", "tests/test_architecture.py", "tests/test_methods.py",
              "tests/test_length_cap.py", "tests/test_trainer.py"]
@@ -66,7 +66,7 @@ def test_following_the_recipe_in_a_copy_passes_the_tests(tmp_path):
                  "[capped_pg]",
                  "test_presets.py::test_a_method_preset_differs_from_its_base_only_in_its_method"
                  "[length_cap]",
-                 "test_methods.py::test_the_readme_methods_table_is_current",
+                 "test_methods.py::test_the_methods_table_is_current",
                  "test_length_cap.py::test_the_cap_stops_at_k_and_halves_when_accuracy_is_high"):
         assert f"tests/{test}" in passed, test
     assert sum("capped_pg-" in t for t in passed) >= 6  # its reference at both cases, 3 seeds

@@ -3,9 +3,10 @@
 Every loss, advantage estimator, rollout controller and rollout correction registers its
 `title`, `source` and one-line `summary` (entries that share a `family`, verl's rejection
 modes, make one row); the presets that set it are read from the preset files. The
-README's Methods table is this table (`lmpo methods --readme README.md` rewrites it
-between its markers; a test checks it is current), so a new method is written in its
-own files and the README is regenerated, never edited by hand.
+table in docs/methods-reference.md is this table (`lmpo methods --readme
+docs/methods-reference.md` rewrites it between its markers; a test checks it is current),
+so a new method is written in its own files and the page is regenerated, never edited by
+hand.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import yaml
 from lmpo import presets
 from lmpo.errors import ConfigError
 
-BEGIN = "<!-- methods table: `lmpo methods --readme README.md` writes it; do not edit -->"
+BEGIN = ("<!-- methods table: `lmpo methods --readme docs/methods-reference.md` writes it; "
+         "do not edit -->")
 END = "<!-- end of the methods table -->"
 SECTIONS = {"loss": lambda c: c.loss.name, "advantage": lambda c: c.advantage.name,
             "controller": lambda c: c.controller.name,

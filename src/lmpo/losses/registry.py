@@ -7,7 +7,7 @@ docs and adapters so that none of them names a loss:
 - `agg_is_method`: True when that aggregation is part of the method (LUSPO's length
   weighting, GMPO's per-sequence mean): its preset states it instead of inheriting the
   testbed's, which every other arm shares (a test checks it).
-- `title`, `source`, `summary`: the README's Methods table (`lmpo methods`).
+- `title`, `source`, `summary`: the methods table (`lmpo methods`, docs/methods-reference.md).
 - `diagnostics`: metrics that show the mechanism in reports (`loss/...`, `diag/...`).
 - `acts`: {metric, above}: the metric that must exceed `above` in the first 40 steps of
   the loss's preset (its mechanism acts at all; a smoke test).

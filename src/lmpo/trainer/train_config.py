@@ -251,8 +251,7 @@ class TrainConfig:
     """"raise": a scorer exception stops the run; "zero": score 0 and count it."""
     imports: list[str] = field(default_factory=list)
     """Python modules (dotted names) or .py files imported before anything is built, so that
-    your own losses, estimators or controllers register themselves (README: your own
-    method)."""
+    your own losses, estimators or controllers register themselves (docs/your-method.md)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)

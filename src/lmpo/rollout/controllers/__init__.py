@@ -2,7 +2,7 @@
 
 `controller: {name, hparams}` in a train config names one (`none` by default). Every
 module in this package is imported here, so a new controller is one file with its
-`@CONTROLLERS.register(...)` line (README: "Your own method").
+`@CONTROLLERS.register(...)` line (docs/your-method.md).
 """
 
 import importlib
