@@ -3,6 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# The suite starts hundreds of Python processes and uv installs no bytecode: let Python
+# cache it on first import, as it does by default (with it unwritten, every process
+# compiled torch's and transformers' sources again: the core suite took 2x as long).
+unexport PYTHONDONTWRITEBYTECODE
 
 # verl and TRL pin transformers ranges that exclude each other: one venv each.
 VERL_VENV := .venv-verl
