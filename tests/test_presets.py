@@ -206,3 +206,22 @@ def test_the_real_testbed_is_the_surveyed_candidate_that_met_the_bar():
     assert cfg.rollout.max_new_tokens == row["max_new_tokens"]
     assert (cfg.rollout.dtype, cfg.optim.dtype) == ("bfloat16", "bfloat16")
     assert cfg.policy == "smollm2-135m-instruct" and cfg.reward.fn == "last_number"
+
+
+def test_a_presets_description_is_its_first_sentence_even_across_lines(tmp_path):
+    """The title a report and `lmpo presets` show: the first comment line, continued while
+    the sentence goes on (lower case, or inside parentheses or quotes), cut at its end."""
+    from lmpo.presets import description
+
+    cases = {
+        "# A vs B, with the\n# authors' settings. More text\n# here.\nsteps: 1\n":
+            "A vs B, with the authors' settings.",
+        "# Title: no full stop\n# Second sentence starts here\n": "Title: no full stop",
+        "# A pilot (seed 100,\n# 40 steps), before it runs\n#\n# Notes.\n":
+            "A pilot (seed 100, 40 steps), before it runs",
+        '# They "differ\n# only in the loss")\n# Next.\n': 'They "differ only in the loss")',
+        "steps: 1\n# a later comment\n": "",
+    }
+    for text, want in cases.items():
+        (tmp_path / "p.yaml").write_text(text)
+        assert description(tmp_path / "p.yaml") == want, text

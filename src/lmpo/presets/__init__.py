@@ -31,13 +31,25 @@ def names(kind: str) -> list[str]:
 
 
 def description(path: Path) -> str:
-    """The first comment line of a preset file (without the `#`)."""
+    """The first sentence of a preset file's leading comment (without the `#`s): its first
+    line, continued inside parentheses or quotes, or while the next line goes on in lower
+    case."""
+    lines = []
     for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-        if line.strip():
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
             break
-    return ""
+        lines.append(text)
+    words = lines[:1]
+    for text in lines[1:]:
+        so_far = " ".join(words)
+        inside = so_far.count("(") > so_far.count(")") or so_far.count('"') % 2
+        if not inside and (so_far.endswith((".", "!", "?")) or not text[0].islower()):
+            break
+        words.append(text)
+    joined = " ".join(words)
+    end = joined.find(". ")
+    return joined if end < 0 else joined[:end + 1]
 
 
 def list_presets(kind: str) -> list[tuple[str, str]]:
