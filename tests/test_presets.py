@@ -208,10 +208,11 @@ def test_the_real_testbed_is_the_surveyed_candidate_that_met_the_bar():
     assert cfg.policy == "smollm2-135m-instruct" and cfg.reward.fn == "last_number"
 
 
-def test_a_presets_description_is_its_first_sentence_even_across_lines(tmp_path):
-    """The title a report and `lmpo presets` show: the first comment line, continued while
-    the sentence goes on (lower case, or inside parentheses or quotes), cut at its end."""
-    from lmpo.presets import description
+def test_an_experiments_title_is_its_first_sentence_even_across_lines(tmp_path):
+    """The title a report shows: the first comment line, continued while the sentence goes
+    on (lower case, or inside parentheses or quotes), cut at its end; `lmpo presets` keeps
+    the first line."""
+    from lmpo.presets import description, title
 
     cases = {
         "# A vs B, with the\n# authors' settings. More text\n# here.\nsteps: 1\n":
@@ -224,4 +225,6 @@ def test_a_presets_description_is_its_first_sentence_even_across_lines(tmp_path)
     }
     for text, want in cases.items():
         (tmp_path / "p.yaml").write_text(text)
-        assert description(tmp_path / "p.yaml") == want, text
+        assert title(tmp_path / "p.yaml") == want, text
+    (tmp_path / "p.yaml").write_text("# A vs B, with the\n# authors' settings.\n")
+    assert description(tmp_path / "p.yaml") == "A vs B, with the"

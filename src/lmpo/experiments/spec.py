@@ -213,7 +213,7 @@ def load_experiment(spec: str | Path) -> Experiment:
         if presets.looks_like_file(arm.preset) and not Path(arm.preset).is_absolute():
             arm.preset = str((path.parent / arm.preset).resolve())
     if not exp.description:
-        exp.description = presets.description(path)
+        exp.description = presets.title(path)
     return exp
 
 

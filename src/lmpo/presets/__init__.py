@@ -31,9 +31,19 @@ def names(kind: str) -> list[str]:
 
 
 def description(path: Path) -> str:
-    """The first sentence of a preset file's leading comment (without the `#`s): its first
-    line, continued inside parentheses or quotes, or while the next line goes on in lower
-    case."""
+    """The first comment line of a preset file (without the `#`): `lmpo presets`' one line."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+        if line.strip():
+            break
+    return ""
+
+
+def title(path: Path) -> str:
+    """The first sentence of a preset file's leading comment (without the `#`s), an
+    experiment report's title: its first line, continued inside parentheses or quotes, or
+    while the next line goes on in lower case."""
     lines = []
     for line in path.read_text().splitlines():
         text = line.lstrip("#").strip()
