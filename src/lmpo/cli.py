@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lmpo import __version__
 from lmpo.errors import ConfigError, LmpoError
+from lmpo.extras import missing_extra
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,15 +365,6 @@ COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "methods": cmd_methods}
 
 
-# the modules of the optional extras (pyproject.toml), by import name: a command that needs
-# one that is missing says which extra brings it (the package alone is torch and numpy)
-EXTRA_OF = {m: "train" for m in ("transformers", "tokenizers", "safetensors", "reasoning_gym",
-                                 "scipy", "yaml", "rich", "matplotlib", "tensorboard",
-                                 "pyarrow", "datasets")}
-EXTRA_OF |= {m: "real" for m in ("gguf", "accelerate", "peft", "math_verify")}
-EXTRA_OF |= {"verl": "verl", "trl": "trl", "wandb": "wandb"}
-
-
 def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
@@ -395,12 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lmpo {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except ModuleNotFoundError as exc:
-        module = (exc.name or "").split(".")[0]
-        extra = EXTRA_OF.get(module)
-        if extra is None:
+        reason = missing_extra(exc)
+        if reason is None:
             raise
-        print(f"lmpo {args.command}: error: {module} is not installed: this command needs "
-              f"the {extra} extra (pip install 'lmpo[{extra}]')", file=sys.stderr)
+        print(f"lmpo {args.command}: error: {reason}", file=sys.stderr)
         return 2
 
 

@@ -30,26 +30,30 @@ def names(kind: str) -> list[str]:
     return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
 
 
+def header(path: Path) -> list[str]:
+    """The text of a preset file's leading comment lines (blank lines before it skipped), up
+    to the first empty comment line or other line."""
+    lines: list[str] = []
+    for line in path.read_text().splitlines():
+        if not lines and not line.strip():
+            continue
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
+            break
+        lines.append(text)
+    return lines
+
+
 def description(path: Path) -> str:
     """The first comment line of a preset file (without the `#`): `lmpo presets`' one line."""
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-        if line.strip():
-            break
-    return ""
+    return next(iter(header(path)), "")
 
 
 def title(path: Path) -> str:
     """The first sentence of a preset file's leading comment (without the `#`s), an
     experiment report's title: its first line, continued inside parentheses or quotes, or
     while the next line goes on in lower case."""
-    lines = []
-    for line in path.read_text().splitlines():
-        text = line.lstrip("#").strip()
-        if not line.startswith("#") or not text:
-            break
-        lines.append(text)
+    lines = header(path)
     words = lines[:1]
     for text in lines[1:]:
         so_far = " ".join(words)
