@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -140,6 +141,29 @@ def test_extends_errors_are_clear(tmp_path):
     bad = write(tmp_path, "b", "extends: [a, b]\n")
     with pytest.raises(ConfigError, match="extends must be a preset name or a path"):
         read_yaml(bad)
+
+
+def test_on_your_own_data_the_testbed_keys_must_be_yours(tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    own = ["policy=my-model", "rollout.clusters=null", "rollout.max_new_tokens=64",
+           "log.eval_max_new_tokens=64"]
+    # each key inherited from a shipped preset or the defaults is named with its value
+    for preset in ("cegppo", None):
+        for left_out in range(len(own)):
+            given = [f"task={data}", *own[:left_out], *own[left_out + 1:]]
+            key, _, _ = own[left_out].partition("=")
+            with pytest.raises(ConfigError, match=rf"would apply: {re.escape(key)}="):
+                load_config(TrainConfig, preset, given)
+    # set in the user's own file (which extends the method preset) or on the command line
+    mine = write(tmp_path, "mine", f"extends: cegppo\ntask: {data}\npolicy: my-model\n"
+                                   "rollout: {clusters: null, max_new_tokens: 64}\n")
+    with pytest.raises(ConfigError, match=r"would apply: log.eval_max_new_tokens=32; set"):
+        load_config(TrainConfig, mine)
+    cfg = load_config(TrainConfig, mine, ["log.eval_max_new_tokens=64"])
+    assert (cfg.loss.name, cfg.policy, cfg.rollout.clusters) == ("cegppo", "my-model", None)
+    # a built-in task keeps the testbed's values
+    assert load_config(TrainConfig, "cegppo").rollout.clusters == ["t3d1"]
 
 
 # ---------------------------------------------------------------- active mechanisms

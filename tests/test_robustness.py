@@ -229,7 +229,11 @@ def bad_inputs(tmp_path, policy) -> list[tuple[list[str], str]]:
         ([*run, "reward.fn=nowhere.py:reward"], "nowhere.py"),
         ([*run[:-3], "policy=/nonexistent/policy", *TINY, "--steps", "1"],
          "is neither a Hugging Face model folder"),
-        ([*run, f"task={bad_jsonl}"], "bad.jsonl:2: missing required field(s) ['answer']"),
+        ([*run, f"task={bad_jsonl}", "rollout.clusters=null"],
+         "bad.jsonl:2: missing required field(s) ['answer']"),
+        ([*run, f"task={bad_jsonl}"], "the built-in testbed's values (from a "
+                                      "shipped preset or the defaults) would apply: "
+                                      "rollout.clusters=['t3d1']; set each"),
         ([*run, f"reward.fn={raising}:reward"], "cannot score this one on held-out problem 0"),
         ([*run, f"reward.fn={nan_fn}:reward"], "returned nan (not a finite number or None)"),
         ([*run, "espo.beta=1"], "config key 'espo' was replaced by `controller"),

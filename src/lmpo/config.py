@@ -29,7 +29,7 @@ from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 
 __all__ = ["ConfigError", "apply_override", "build", "flat_config", "flatten", "load_config",
-           "merge", "read_yaml", "save_config", "to_dict"]
+           "merge", "own_keys", "read_layers", "read_yaml", "save_config", "to_dict"]
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -147,16 +147,17 @@ def resolve_extends(target: str, relative_to: Path, kind: str) -> Path:
     return shipped
 
 
-def read_yaml(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] = ()) -> dict:
-    """A YAML config (a file, or a preset name of `kind`) as a mapping, with its
-    `extends:` chain merged in."""
+def read_layers(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] = ()
+                ) -> list[tuple[Path, dict]]:
+    """The files of a config's `extends:` chain (a file, or a preset name of `kind`), each
+    with its own mapping, the root first."""
     path = presets.resolve(path, kind)
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     parent = data.pop("extends", None)
     if parent is None:
-        return data
+        return [(path, data)]
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends must be a preset name or a path, got {parent!r}")
     parent_path = resolve_extends(parent, path.parent, kind).resolve()
@@ -164,15 +165,40 @@ def read_yaml(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] = 
     if parent_path in chain:
         cycle = " -> ".join(str(p.name) for p in (*chain, parent_path))
         raise ConfigError(f"extends cycle: {cycle}")
-    return merge(read_yaml(parent_path, kind, chain), data)
+    return [*read_layers(parent_path, kind, chain), (path, data)]
+
+
+def read_yaml(path: str | Path, kind: str = "train") -> dict:
+    """A YAML config (a file, or a preset name of `kind`) as a mapping, with its
+    `extends:` chain merged in."""
+    data: dict = {}
+    for _, layer in read_layers(path, kind):
+        data = merge(data, layer)
+    return data
+
+
+def own_keys(path: str | Path | None, kind: str = "train") -> set[str]:
+    """The dotted keys that the user's own files in a config's `extends:` chain set (every
+    file but the shipped presets)."""
+    if path is None:
+        return set()
+    return {key for file, layer in read_layers(path, kind) if not presets.shipped(file)
+            for key in flatten(layer)}
 
 
 def load_config(cls, path: str | Path | None, overrides: list[str] | None = None):
     """Load `cls` from a YAML file or preset name (of `cls.preset_kind`; defaults if None),
-    then apply `key=value` overrides."""
-    data: dict = {} if path is None else read_yaml(path, getattr(cls, "preset_kind", "train"))
+    then apply `key=value` overrides. A class with `check_own_keys(data, own)` sees the
+    mapping and the keys the user set (their files and the overrides), and may refuse
+    values the user only inherited."""
+    kind = getattr(cls, "preset_kind", "train")
+    data: dict = {} if path is None else read_yaml(path, kind)
+    given: dict = {}
     for assignment in overrides or []:
         apply_override(data, assignment, cls)
+        apply_override(given, assignment, cls)
+    if hasattr(cls, "check_own_keys"):
+        cls.check_own_keys(data, own_keys(path, kind) | set(flatten(given)))
     return build(cls, data)
 
 

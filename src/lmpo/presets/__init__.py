@@ -71,6 +71,11 @@ def list_presets(kind: str) -> list[tuple[str, str]]:
     return [(n, description(preset_dir(kind) / f"{n}.yaml")) for n in names(kind)]
 
 
+def shipped(path: str | Path) -> bool:
+    """Whether `path` is one of the presets lmpo ships (not a user's file)."""
+    return Path(path).resolve().is_relative_to(ROOT.resolve())
+
+
 def looks_like_file(spec: str | Path) -> bool:
     text = str(spec)
     return Path(text).suffix in (".yaml", ".yml") or "/" in text or Path(text).is_file()

@@ -307,6 +307,14 @@ class TrainConfig:
                 loss.name, loss.hparams, self.log.diagnostics)),
             advantages=advantage_stage(adv.name))
 
+    @classmethod
+    def check_own_keys(cls, data: dict, own: set[str]) -> None:
+        """On your own dataset, the testbed's keys must be yours (lmpo.trainer.testbed_keys)."""
+        from lmpo.config import flat_config
+        from lmpo.trainer.testbed_keys import check_testbed_keys
+
+        check_testbed_keys(data, own, flat_config(cls()))
+
     def validate(self) -> None:
         """Fail before any work: every name resolves, every number is in range."""
         from lmpo.trainer.validate import validate
