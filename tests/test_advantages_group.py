@@ -1,4 +1,6 @@
-"""grpo / dr_grpo / rloo against hand-computed values and a plain-loop reference."""
+"""grpo / dr_grpo / rloo against hand-computed values, and every group estimator's
+properties (NaN-free on any layout, constant scores give 0, input errors name the
+indices); the plain-loop references: tests/test_advantage_references.py."""
 
 from __future__ import annotations
 
@@ -19,16 +21,8 @@ from lmpo.advantages import (
 )
 
 D = torch.float64
-REFERENCE_TESTED = {"grpo", "dr_grpo", "rloo", "ebpo", "gae",  # ebpo, gae: own files
-                    # the engines' estimators: tests/test_advantages_peers.py
-                    "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg",
-                    "grpo_passk", "maxrl"}
 # a group of one keeps its score under these (verl's and SkyRL's baseline 0 for it)
 SINGLETON_KEEPS_SCORE = {"reinforce_plus_plus_baseline", "opo", "gpg", "maxrl"}
-
-
-def test_every_registered_estimator_has_a_reference_test():
-    assert set(list_advantages()) <= REFERENCE_TESTED, set(list_advantages()) - REFERENCE_TESTED
 
 
 def test_grpo_hand_computed():
@@ -59,42 +53,6 @@ def test_rloo_hand_computed():
     adv, _ = get_advantage("rloo")(scores, gid)
     want = [1 - 2 / 3, 0 - 3 / 3, 0 - 3 / 3, 2 - 1 / 3, 0.0]  # group of one -> 0
     torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-12, atol=1e-12)
-
-
-def loop_reference(name, scores, gid, scale="group", eps=1e-6):
-    groups: dict[int, list[float]] = {}
-    for s, g in zip(scores, gid, strict=True):
-        groups.setdefault(g, []).append(s)
-    batch_sd = statistics.stdev(scores) if len(scores) > 1 else 0.0
-    out = []
-    for s, g in zip(scores, gid, strict=True):
-        xs = groups[g]
-        if len(xs) == 1:
-            out.append(0.0)
-            continue
-        mean = sum(xs) / len(xs)
-        if name == "rloo":
-            out.append(s - (sum(xs) - s) / (len(xs) - 1))
-        elif name == "dr_grpo" or scale == "none":
-            out.append(s - mean)
-        elif scale == "group":
-            out.append((s - mean) / (statistics.stdev(xs) + eps))
-        else:
-            out.append((s - mean) / (batch_sd + eps))
-    return out
-
-
-@pytest.mark.parametrize("name,hp", [("grpo", {}), ("grpo", {"scale": "batch"}),
-                                     ("grpo", {"scale": "none"}), ("dr_grpo", {}), ("rloo", {})])
-@pytest.mark.parametrize("seed", range(4))
-def test_random_inputs_match_loop_reference(name, hp, seed):
-    g = torch.Generator().manual_seed(seed)
-    gid = torch.randint(0, 6, (40,), generator=g)
-    scores = torch.where(torch.rand(40, generator=g) < 0.5, torch.rand(40, generator=g, dtype=D),
-                         torch.randint(0, 2, (40,), generator=g).to(D))
-    adv, _ = get_advantage(name, **hp)(scores, gid)
-    want = loop_reference(name, scores.tolist(), gid.tolist(), **hp)
-    torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-6, atol=1e-12)
 
 
 def test_float32_scores_keep_their_dtype():

@@ -131,7 +131,8 @@ def one_step(kind, name, part) -> None:
         for t in range(3):
             part.step(torch.arange(4), torch.rand(4, generator=g), torch.rand(4, generator=g), t)
         part.end_batch(torch.rand(4, 3, generator=g), torch.full((4,), 3))
-        part.observe({"tokens/generated": 12.0, "value/loss": 0.5}, 1)
+        part.observe({"tokens/generated": 12.0, "value/loss": 0.5, "reward/mean": 0.5,
+                      "reward/accuracy": 0.5}, 1)  # metrics every step logs
         # no NaN (a metric may echo an infinite setting: ESPO's beta = inf never stops)
         assert not any(math.isnan(v) for v in part.metrics().values())
         part.load_state_dict(part.state_dict())

@@ -27,11 +27,13 @@ def recipe_files() -> dict[str, str]:
     return files
 
 
-def test_the_recipe_names_a_loss_and_a_controller_and_nothing_else():
+def test_the_recipe_names_a_loss_a_controller_and_an_estimator_and_nothing_else():
     assert sorted(recipe_files()) == [
-        "src/lmpo/losses/capped_pg.py", "src/lmpo/presets/train/capped_pg.yaml",
+        "src/lmpo/advantages/group_median.py", "src/lmpo/losses/capped_pg.py",
+        "src/lmpo/presets/train/capped_pg.yaml", "src/lmpo/presets/train/group_median.yaml",
         "src/lmpo/presets/train/length_cap.yaml", "src/lmpo/rollout/controllers/length_cap.py",
-        "tests/loss_references/capped_pg.py", "tests/test_length_cap.py"]
+        "tests/advantage_references/group_median.py", "tests/loss_references/capped_pg.py",
+        "tests/test_length_cap.py"]
 
 
 def test_following_the_recipe_in_a_copy_passes_the_tests(tmp_path):
@@ -49,12 +51,14 @@ def test_following_the_recipe_in_a_copy_passes_the_tests(tmp_path):
                               "docs/methods-reference.md"], cwd=copy, env=env, capture_output=True,
                              text=True)
     assert methods.returncode == 0, methods.stderr[-2000:]
-    assert "capped_pg" in (copy / "docs" / "methods-reference.md").read_text()
+    page = (copy / "docs" / "methods-reference.md").read_text()
+    assert "capped_pg" in page and "group_median" in page
     tests = ["tests/test_losses_reference.py", "tests/test_loss_registry.py",
              "tests/test_presets.py", "tests/test_architecture.py", "tests/test_methods.py",
-             "tests/test_length_cap.py", "tests/test_trainer.py"]
-    select = "capped_pg or length_cap or every_registered or methods or names_no or cycle " \
-             "or upward"
+             "tests/test_length_cap.py", "tests/test_trainer.py", "tests/test_domains.py",
+             "tests/test_advantage_references.py", "tests/test_advantages_group.py"]
+    select = "capped_pg or length_cap or group_median or every_registered or methods or " \
+             "names_no or cycle or upward or every_hyper_parameter or nan_free"
     run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k",
                           select, *tests], cwd=copy, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
@@ -67,9 +71,18 @@ def test_following_the_recipe_in_a_copy_passes_the_tests(tmp_path):
                  "test_presets.py::test_a_method_preset_differs_from_its_base_only_in_its_method"
                  "[length_cap]",
                  "test_methods.py::test_the_methods_table_is_current",
-                 "test_length_cap.py::test_the_cap_stops_at_k_and_halves_when_accuracy_is_high"):
+                 "test_length_cap.py::test_the_cap_stops_at_k_and_halves_when_accuracy_is_high",
+                 "test_trainer.py::test_every_preset_loads_builds_and_runs_one_step"
+                 "[group_median]",
+                 "test_presets.py::test_a_method_preset_differs_from_its_base_only_in_its_method"
+                 "[group_median]",
+                 "test_domains.py::test_every_hyper_parameter_of_every_part_has_a_domain",
+                 "test_domains.py::test_every_default_lies_in_its_domain[loss-capped_pg-cap]",
+                 "test_advantage_references.py::test_every_registered_estimator_has_a_reference",
+                 "test_advantages_group.py::test_random_layouts_and_constant_scores_are_nan_free"):
         assert f"tests/{test}" in passed, test
     assert sum("capped_pg-" in t for t in passed) >= 6  # its reference at both cases, 3 seeds
+    assert sum("group_median" in t and "equals_its_reference" in t for t in passed) == 8
     found = subprocess.run([sys.executable, "-c", "import lmpo; print(lmpo.__file__)"], cwd=copy,
                            env=env, capture_output=True, text=True).stdout
     assert str(copy) in found  # the copy's code ran, not the installed one
