@@ -12,10 +12,12 @@ Layout of `--out DIR`:
 Every run is `python -m lmpo train --config configs/... --run-dir runs/... --resume`,
 so a second invocation skips finished runs and continues killed ones from their
 checkpoints (a run is deterministic for a given thread count, and `--jobs J` fixes
-threads = cores / J). Run processes die with the sweep (Linux parent-death signal),
-so `kill -9` of the sweep leaves nothing running. Pending runs start seed by seed (every
-arm of the first seed, then of the next), so a sweep stopped part-way holds whole seeds
-of every arm rather than every seed of the first arms. `--list` prints the commands, in
+threads = cores / J). On Linux each run is forked from a server that has imported the
+trainer once (lmpo.experiments.launcher), not a fresh interpreter. Run processes die with
+the sweep (Linux parent-death signal), so `kill -9` of the sweep leaves nothing running.
+Pending runs start seed by seed (every arm of the first seed, then of the next), so a
+sweep stopped part-way holds whole seeds of every arm rather than every seed of the first
+arms. `--list` prints the commands, in
 that order, for another scheduler; `lmpo report` reads the directories whatever ran them.
 """
 
@@ -25,7 +27,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ import yaml
 
 from lmpo.config import save_config
 from lmpo.errors import ConfigError, LmpoError
+from lmpo.experiments import launcher
 from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
 from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
@@ -151,15 +153,6 @@ def config_changes(run_dir: Path, cfg) -> str:
     return "; ".join(x.strip() for x in config_diff(known, new))
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def last_error(log: Path) -> str:
     lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()] \
         if log.exists() else []
@@ -199,7 +192,7 @@ def execute(exp: Experiment, runs: list[Run], out: Path, jobs: int, *, live: boo
 
     console = Console()
     queue = start_order(exp, [r for r in runs if r.status == "pending"])
-    procs: dict[str, tuple[Run, subprocess.Popen]] = {}
+    procs: dict[str, tuple[Run, launcher.Forked | subprocess.Popen]] = {}
     started = time.time()
     history = out / "sweep.json"
     past = json.loads(history.read_text()) if history.exists() else []
@@ -213,10 +206,7 @@ def execute(exp: Experiment, runs: list[Run], out: Path, jobs: int, *, live: boo
             while queue and len(procs) < jobs:
                 run = queue.pop(0)
                 run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-                with open(run.log, "ab") as log:
-                    procs[run.name] = (run, subprocess.Popen(
-                        run.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                        preexec_fn=_die_with_parent))
+                procs[run.name] = (run, launcher.start(run.command(), run.log, env))
                 run.status, run.started = "running", time.time()
                 if not show:
                     console.print(f"started {run.name}")
