@@ -78,17 +78,21 @@ def _run(argv: list[str], log: str, env: dict, cwd: str) -> None:  # pragma: no 
     os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the child's own
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    code = 1
+    code = 0
     try:
-        from lmpo.cli import main
+        import runpy
 
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        sys.argv = ["lmpo", *argv]
+        runpy.run_module("lmpo", run_name="__main__", alter_sys=True)  # `python -m lmpo`
+    except SystemExit as exc:  # as the interpreter reads it: None 0, a message 1
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - reported in the run's log, like an interpreter's
         import traceback
 
         traceback.print_exc()
+        code = 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
