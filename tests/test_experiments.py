@@ -17,7 +17,7 @@ from lmpo.experiments.engagement import DEFAULT_FLOOR
 from lmpo.experiments.report import report
 from lmpo.experiments.spec import arm_config, check_differs, load_experiment, parse_experiment
 from lmpo.experiments.stats import EFFECTIVE, reduce_metric, summarize
-from lmpo.experiments.sweep import compare
+from lmpo.experiments.sweep import Run, compare, prebuild
 from lmpo.trainer.train_config import TrainConfig
 
 
@@ -297,6 +297,29 @@ def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
     assert config_changes(tmp_path, cfg) == ""
     cfg.optim.lr = 1e-4
     assert config_changes(tmp_path, cfg) == "optim.lr: 2e-05 -> 0.0001"
+
+
+def test_warm_starts_are_built_once_before_the_runs_and_a_bad_policy_is_left_to_them(
+        tmp_path, monkeypatch):
+    import lmpo.warmstart
+
+    asked = []
+
+    def resolve(policy, **kwargs):
+        asked.append(policy)
+        if policy == "missing":
+            raise ConfigError("policy 'missing' is neither a Hugging Face model folder")
+        return Path(policy)
+
+    monkeypatch.setattr(lmpo.warmstart, "resolve_policy", resolve)
+    runs = []
+    for i, (policy, status) in enumerate([("nano-chain-sum", "pending"), ("missing", "pending"),
+                                          ("nano-chain-sum", "pending"), ("other", "done")]):
+        config = tmp_path / f"{i}.yaml"
+        config.write_text(yaml.safe_dump({"policy": policy}))
+        runs.append(Run("a", i, config, tmp_path / str(i), tmp_path / f"{i}.log", status))
+    prebuild(runs)
+    assert asked == ["nano-chain-sum", "missing"]  # once each, finished runs' not at all
 
 
 def test_list_prints_each_runs_command_in_start_order(tiny_policy_dir, tmp_path, capsys):

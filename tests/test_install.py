@@ -77,12 +77,13 @@ def test_concurrent_first_uses_build_the_cache_entry_once(tmp_path, monkeypatch)
     env = os.environ | {"LMPO_HOME": str(tmp_path / "home")}
     code = ("from lmpo.warmstart import cached_policy; "
             f"print('PATH', cached_policy('nano-chain-sum', progress=False, "
-            f"sft_overrides={TINY_SFT!r}))")
+            f"sft_overrides={TINY_SFT!r}, max_threads=1))")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert sum(o.count("building the warm-start policy 'nano-chain-sum'") for o in outs) == 1
+    assert sum(o.count("SFT steps on 1 thread;") for o in outs) == 1  # capped by the caller
     paths = {line.split(" ", 1)[1] for o in outs for line in o.splitlines()
              if line.startswith("PATH ")}
     entry = Path(paths.pop())
@@ -93,6 +94,24 @@ def test_concurrent_first_uses_build_the_cache_entry_once(tmp_path, monkeypatch)
     monkeypatch.setenv("LMPO_HOME", str(tmp_path / "home"))
     assert cache_entry("nano-chain-sum") == entry
     assert resolve_policy("nano-chain-sum") == entry  # reused: no second build
+
+
+def test_lmpo_train_caps_the_warm_start_builds_threads(monkeypatch, tmp_path):
+    from lmpo.config import load_config
+    from lmpo.trainer import setup
+    from lmpo.trainer.loop import train
+    from lmpo.trainer.train_config import TrainConfig
+
+    asked = {}
+
+    def resolve(spec, **kwargs):
+        asked.update(kwargs, spec=spec)
+        raise KeyboardInterrupt  # stop before any work
+
+    monkeypatch.setattr(setup, "resolve_policy", resolve)
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(TrainConfig, "grpo", ["threads=1"]), tmp_path / "run", progress=False)
+    assert asked["spec"] == "nano-chain-sum" and asked["max_threads"] == 1
 
 
 MY_LOSS = '''

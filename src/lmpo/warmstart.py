@@ -20,10 +20,11 @@ def cache_entry(name: str) -> Path:
     return lmpo_home() / "policies" / f"{name}-{__version__}"
 
 
-def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
-                   ) -> Path:
+def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = (),
+                   max_threads: int | None = None) -> Path:
     """The model folder `spec` names: a local Hugging Face folder, or the cached (built on
-    first use) warm start of the SFT preset `spec`."""
+    first use) warm start of the SFT preset `spec`, built with the preset's threads or
+    `max_threads` if that is fewer (`lmpo train`'s `threads`)."""
     from lmpo.models.convert import REAL_MODELS, real_model
 
     path = Path(spec).expanduser()
@@ -36,20 +37,26 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
                           f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
                           f"nor a warm-start preset; warm-start presets: "
                           f"{', '.join(presets.names('sft'))}")
-    return cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
+    return cached_policy(spec, progress=progress, sft_overrides=sft_overrides,
+                         max_threads=max_threads)
 
 
-def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
-                  ) -> Path:
-    """The cache entry of SFT preset `name`, built under a file lock if it is missing."""
+def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = (),
+                  max_threads: int | None = None) -> Path:
+    """The cache entry of SFT preset `name`, built under a file lock if it is missing (with
+    at most `max_threads` torch threads)."""
 
     def build(tmp: Path) -> None:
         from lmpo.config import load_config
         from lmpo.sft import SFTConfig, run_sft
 
         cfg = load_config(SFTConfig, name, [*sft_overrides, f"out={tmp}"])
+        if max_threads is not None:
+            cfg.threads = min(cfg.threads, max_threads)
         print(f"lmpo: building the warm-start policy {name!r} on first use "
-              f"({cfg.steps} SFT steps; cached in {tmp.parent})", flush=True)
+              f"({cfg.steps} SFT steps on {cfg.threads} thread{'s' * (cfg.threads != 1)}; "
+              f"cached in {tmp.parent})",
+              flush=True)
         run_sft(cfg, progress=progress)
 
     return build_once(cache_entry(name), build)

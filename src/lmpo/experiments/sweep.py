@@ -237,6 +237,21 @@ class _Quiet:
         pass
 
 
+def prebuild(runs: list[Run]) -> None:
+    """Build the warm-start policies (and convert the packaged models) that the pending runs
+    start from, once, before any starts: a run would build it on its share of the cores
+    while the others wait. A policy that cannot be resolved is left to its runs, which
+    fail with the error while the other arms go on."""
+    from lmpo.warmstart import resolve_policy
+
+    pending = [r for r in runs if r.status == "pending"]
+    for policy in dict.fromkeys(yaml.safe_load(r.config.read_text())["policy"] for r in pending):
+        try:
+            resolve_policy(policy)
+        except LmpoError:
+            continue
+
+
 def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
             live: bool = True, engine: str = "lmpo") -> int:
     """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished.
@@ -260,6 +275,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                 print(shlex.join(run.command()) if run.status != "refused"
                       else f"# refused: {run.name}: {run.error}")
             return 0
+        prebuild(runs)
         execute(exp, runs, out, jobs, live=live)
     refused = [r for r in runs if r.status == "refused"]
     for run in refused:

@@ -88,7 +88,8 @@ def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
     created is removed again if the run cannot start (a task file, a reward function or a
     checkpoint that fails): a bad input leaves nothing behind."""
     parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
-    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build the warm start
+    policy_dir = resolve_policy(cfg.policy, progress=progress,  # may build the warm start
+                                max_threads=cfg.threads)
     fresh = not run_dir.exists()
     held = contextlib.ExitStack()
     try:
