@@ -91,7 +91,7 @@ test-trl: $(TRL_VENV)/.installed-stamp
 MIN_VENV := .venv-min
 CORE_TESTS := tests/test_losses_reference.py tests/test_loss_registry.py \
 	tests/test_loss_properties.py tests/test_loss_hypothesis.py tests/test_aggregate.py \
-	tests/test_advantages_group.py tests/test_advantages_ebpo.py tests/test_advantages_peers.py \
+	tests/test_advantages_group.py tests/test_advantage_references.py tests/test_advantages_ebpo.py tests/test_advantages_peers.py \
 	tests/test_gae.py tests/test_corrections.py \
 	--deselect tests/test_corrections.py::test_weights_scale_each_tokens_loss_and_rejection_leaves_the_counts \
 	--deselect tests/test_corrections.py::test_nll_on_correct_responses_adds_its_own_token_mean
