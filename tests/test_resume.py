@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmpo.experiments import launcher
 from lmpo.faults import CRASH_EXIT_CODE
 from lmpo.trainer.checkpoint import (
     CheckpointError,
@@ -28,12 +28,22 @@ STEPS = 6
 
 
 def command(preset, policy, run_dir, resume=False, extra=()):
-    args = [sys.executable, "-m", "lmpo.cli", "train", "--config", preset,
+    args = [sys.executable, "-m", "lmpo", "train", "--config", preset,
             "--run-dir", str(run_dir), "--quiet", f"policy={policy}", f"steps={STEPS}",
             "rollout.batch_size=16", "rollout.max_new_tokens=8", "rollout.pool_size=64",
             "log.eval_per_tier=4", "log.eval_every=3", "log.checkpoint_every=1",
             "log.eval_max_new_tokens=6", *extra]
     return args + (["--resume"] if resume else [])
+
+
+def run_process(argv, env, tmp_path) -> tuple[int, str]:
+    """`argv` (an `lmpo train` command) as its own process, as a sweep starts its runs
+    (forked from the warm server: tests/test_launcher.py shows it is the same run); its
+    exit code and output."""
+    log = tmp_path / f"process-{len(list(tmp_path.glob('process-*')))}.log"
+    proc = launcher.start(argv, log, env)
+    proc.wait()
+    return proc.returncode, log.read_text()
 
 
 def comparable(rows):
@@ -61,18 +71,18 @@ def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, extr
     EBPO run's same-batch comparators resume too: their rows match the uninterrupted
     run's."""
     policy, _ = sft_run
-    env = os.environ | {"PYTHONHASHSEED": "0"}
+    env = dict(os.environ)
     env.pop("LMPO_CRASH_AT", None)
     full = tmp_path / "full"
-    subprocess.run(command(preset, policy, full, extra=extra), check=True, env=env,
-                   capture_output=True)
+    assert run_process(command(preset, policy, full, extra=extra), env, tmp_path)[0] == 0
     crashed = tmp_path / "crashed"
     for i, spec in enumerate(crashes):
-        proc = subprocess.run(command(preset, policy, crashed, resume=i > 0, extra=extra),
-                              env=env | {"LMPO_CRASH_AT": spec}, capture_output=True)
-        assert proc.returncode == CRASH_EXIT_CODE, (spec, proc.stderr.decode()[-2000:])
-    subprocess.run(command(preset, policy, crashed, resume=True, extra=extra), check=True,
-                   env=env, capture_output=True)
+        code, log = run_process(command(preset, policy, crashed, resume=i > 0, extra=extra),
+                                env | {"LMPO_CRASH_AT": spec}, tmp_path)
+        assert code == CRASH_EXIT_CODE, (spec, log[-2000:])
+    code, log = run_process(command(preset, policy, crashed, resume=True, extra=extra), env,
+                            tmp_path)
+    assert code == 0, log[-2000:]
 
     want, got = read_rows(full / "metrics.jsonl"), read_rows(crashed / "metrics.jsonl")
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))  # none missing or duplicated
@@ -90,7 +100,7 @@ def test_resume_refuses_a_changed_config_but_not_more_steps(sft_run, tmp_path, c
 
     policy, _ = sft_run
     run = tmp_path / "run"
-    base = command("grpo", policy, run)[3:]  # the CLI arguments after `-m lmpo.cli`
+    base = command("grpo", policy, run)[3:]  # the CLI arguments after `-m lmpo`
     assert main([*base, "steps=2"]) == 0
     rc = main([*base, "steps=2", "optim.lr=1e-3", "rollout.temperature=0.7", "--resume"])
     err = capsys.readouterr().err
@@ -103,8 +113,8 @@ def test_resume_refuses_a_changed_config_but_not_more_steps(sft_run, tmp_path, c
 def test_a_malformed_crash_spec_fails_before_any_work(sft_run, tmp_path):
     policy, _ = sft_run
     env = os.environ | {"LMPO_CRASH_AT": "somewhere@2"}
-    proc = subprocess.run(command("grpo", policy, tmp_path / "r"), env=env, capture_output=True)
-    assert proc.returncode != 0 and b"expected <point>@<step>" in proc.stderr
+    code, log = run_process(command("grpo", policy, tmp_path / "r"), env, tmp_path)
+    assert code != 0 and "expected <point>@<step>" in log
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 

@@ -13,12 +13,11 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from lmpo.cli import main
 from lmpo.tasks.jsonl import load_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,20 +74,22 @@ def stand_in_data(folder: Path) -> None:
 
 
 @pytest.mark.slow  # ten runs
-def test_the_tutorial_runs_as_written(tiny_policy_dir, tmp_path):
+def test_the_tutorial_runs_as_written(tiny_policy_dir, tmp_path, monkeypatch, capsys):
+    """Each command's arguments go to the `lmpo` entry point in this process (the
+    comparison's runs are processes of their own, as always)."""
     shutil.copytree(tiny_policy_dir, tmp_path / "models" / "my-model")
     stand_in_data(tmp_path)
     for name, code in files().items():
         (tmp_path / name).write_text(code)
+    monkeypatch.chdir(tmp_path)
     outputs = []
     for command in commands():
         argv = shlex.split(command)
         assert argv[0] == "lmpo", command
-        run = subprocess.run([sys.executable, "-m", "lmpo", *argv[1:],
-                              *SHORTENED.get(command, [])], cwd=tmp_path, capture_output=True,
-                             text=True)
-        assert run.returncode == 0, f"{command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
-        outputs.append(run.stdout)
+        code = main([*argv[1:], *SHORTENED.get(command, [])])
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command}\n{out[-2000:]}\n{err[-2000:]}"
+        outputs.append(out)
     # the evaluations show the held-out split: a quarter of each cluster's distinct prompts
     assert "default: 40 distinct, 10 held out" in outputs[0]
     assert "easy: 20 distinct, 5 held out" in outputs[1]
