@@ -17,8 +17,8 @@ trainer once (lmpo.experiments.launcher), not a fresh interpreter. Run processes
 the sweep (Linux parent-death signal), so `kill -9` of the sweep leaves nothing running.
 Pending runs start seed by seed (every arm of the first seed, then of the next), so a
 sweep stopped part-way holds whole seeds of every arm rather than every seed of the first
-arms. `--list` prints the commands, in
-that order, for another scheduler; `lmpo report` reads the directories whatever ran them.
+arms. `--list` prints the commands, in that order, for another scheduler; `lmpo report`
+reads the directories whatever ran them.
 """
 
 from __future__ import annotations
