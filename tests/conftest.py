@@ -71,7 +71,8 @@ def sft_run(lmpo_home):
 # module of slow work (below), or says so (@pytest.mark.slow).
 SLOW_FIXTURES = {"sft_run"}
 SLOW_MODULES = {"test_benchmarks", "test_real_model", "test_recipe", "test_install",
-                "test_resume", "test_reward_model", "test_robustness", "test_export_data"}
+                "test_resume", "test_reward_model", "test_robustness", "test_export_data",
+                "test_launcher"}
 
 
 def pytest_configure(config):
