@@ -11,19 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.doc_blocks import fenced_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def recipe_files() -> dict[str, str]:
     """{path: code} for every fenced block of the section whose introducing line names a
     path inside the repository (src/... or tests/...)."""
-    section = (ROOT / "docs" / "your-method.md").read_text()
     files = {}
-    for fence in re.finditer(r"```(?:python|yaml)\n(.*?)```", section, re.S):
-        intro = section[:fence.start()].rstrip().rsplit("\n\n", 1)[-1]  # its paragraph
+    for lang, intro, code in fenced_blocks(ROOT / "docs" / "your-method.md"):
         named = re.findall(r"`((?:src|tests)/[^`]+)`", intro)
-        if named:
-            files[named[-1]] = fence.group(1)
+        if named and lang in ("python", "yaml"):
+            files[named[-1]] = code
     return files
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from lmpo.cli import main
 from lmpo.tasks.jsonl import load_jsonl
+from tests.doc_blocks import fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "tutorial.md"
@@ -27,12 +28,10 @@ SHORTENED = {"lmpo compare --config mine.yaml --out runs/mine": ["--steps", "2",
 
 def blocks() -> list[tuple[str, str, str]]:
     """(language, the file its paragraph names last or "", text) of every fenced block."""
-    text = PAGE.read_text()
     out = []
-    for fence in re.finditer(r"```(\w+)\n(.*?)```", text, re.S):
-        intro = text[:fence.start()].rstrip().rsplit("\n\n", 1)[-1]
+    for lang, intro, code in fenced_blocks(PAGE):
         named = re.findall(r"`([\w./-]+\.(?:py|yaml|jsonl))`", intro)
-        out.append((fence.group(1), named[-1] if named else "", fence.group(2)))
+        out.append((lang, named[-1] if named else "", code))
     return out
 
 

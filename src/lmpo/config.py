@@ -29,7 +29,7 @@ from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 
 __all__ = ["ConfigError", "apply_override", "build", "flat_config", "flatten", "load_config",
-           "merge", "own_keys", "read_layers", "read_yaml", "save_config", "to_dict"]
+           "merge", "merged", "own_keys", "read_layers", "read_yaml", "save_config", "to_dict"]
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -168,22 +168,24 @@ def read_layers(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] 
     return [*read_layers(parent_path, kind, chain), (path, data)]
 
 
-def read_yaml(path: str | Path, kind: str = "train") -> dict:
-    """A YAML config (a file, or a preset name of `kind`) as a mapping, with its
-    `extends:` chain merged in."""
+def merged(layers: list[tuple[Path, dict]]) -> dict:
+    """The layers of an `extends:` chain (`read_layers`) merged, the last one winning."""
     data: dict = {}
-    for _, layer in read_layers(path, kind):
+    for _, layer in layers:
         data = merge(data, layer)
     return data
 
 
-def own_keys(path: str | Path | None, kind: str = "train") -> set[str]:
-    """The dotted keys that the user's own files in a config's `extends:` chain set (every
-    file but the shipped presets)."""
-    if path is None:
-        return set()
-    return {key for file, layer in read_layers(path, kind) if not presets.shipped(file)
-            for key in flatten(layer)}
+def read_yaml(path: str | Path, kind: str = "train") -> dict:
+    """A YAML config (a file, or a preset name of `kind`) as a mapping, with its
+    `extends:` chain merged in."""
+    return merged(read_layers(path, kind))
+
+
+def own_keys(layers: list[tuple[Path, dict]]) -> set[str]:
+    """The dotted keys that the user's own files in an `extends:` chain (`read_layers`) set:
+    every file but the shipped presets."""
+    return {key for file, layer in layers if not presets.shipped(file) for key in flatten(layer)}
 
 
 def load_config(cls, path: str | Path | None, overrides: list[str] | None = None):
@@ -191,14 +193,13 @@ def load_config(cls, path: str | Path | None, overrides: list[str] | None = None
     then apply `key=value` overrides. A class with `check_own_keys(data, own)` sees the
     mapping and the keys the user set (their files and the overrides), and may refuse
     values the user only inherited."""
-    kind = getattr(cls, "preset_kind", "train")
-    data: dict = {} if path is None else read_yaml(path, kind)
-    given: dict = {}
+    layers = [] if path is None else read_layers(path, getattr(cls, "preset_kind", "train"))
+    data, given = merged(layers), {}
     for assignment in overrides or []:
         apply_override(data, assignment, cls)
         apply_override(given, assignment, cls)
     if hasattr(cls, "check_own_keys"):
-        cls.check_own_keys(data, own_keys(path, kind) | set(flatten(given)))
+        cls.check_own_keys(data, own_keys(layers) | set(flatten(given)))
     return build(cls, data)
 
 

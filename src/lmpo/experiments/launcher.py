@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 FRESH_ENV = "LMPO_FRESH_PROCESSES"
-PRELOAD = ["lmpo.cli", "lmpo.trainer.loop", "lmpo.trainer.train_config", "lmpo.evaluate"]
+PRELOAD = ["lmpo.cli", "lmpo.trainer.loop"]  # the trainer brings the models, tasks, rewards
 _CONTEXT = None
 
 
@@ -114,9 +114,6 @@ class Forked:
 
     def poll(self) -> int | None:
         return self.process.exitcode
-
-    def kill(self) -> None:
-        self.process.kill()
 
     def wait(self) -> int | None:
         self.process.join()

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from lmpo import presets
-from lmpo.config import build, flat_config, flatten, merge, own_keys, read_yaml
+from lmpo.config import build, flat_config, flatten, merge, own_keys, read_layers, read_yaml
 from lmpo.errors import ConfigError
 from lmpo.experiments.conditions import (
     check_conditions,
@@ -261,7 +261,7 @@ def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = No
                           "names another function than its preset's, which keeps none of "
                           "the hparams it inherits; restate them in the arm's overrides")
     try:
-        TrainConfig.check_own_keys(data, own_keys(arm.preset, "train") | set(
+        TrainConfig.check_own_keys(data, own_keys(read_layers(arm.preset, "train")) | set(
             flatten(merge(exp.base, arm.overrides))))
         return build(TrainConfig, data)
     except ConfigError as exc:
