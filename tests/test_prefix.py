@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmpo.models import build_policy, build_tokenizer
 from lmpo.rollout import sample
@@ -112,3 +114,63 @@ def test_gradient_checkpointing_changes_memory_not_gradients(monkeypatch):
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_length_buckets_equal_one_padded_pass(share, monkeypatch):
+    """Responses of many lengths (cut at 1-10 tokens): the bucketed pass (overhead 0, so
+    nearly every length its own bucket) equals one pass over the padded batch (infinite
+    overhead: one bucket) in float64, log-probs, entropies and every gradient; past each
+    response both are masked out (the bucketed pass writes 0 there)."""
+    from lmpo.trainer.prefix import response_logprobs
+
+    float64_norms(monkeypatch)
+    tok = build_tokenizer()
+    model = build_policy("nano", tok, seed=5).double()
+    prompts = [tok.encode(p) for p in ["12+7=", "1+2+3=", "8-3="] for _ in range(4)]
+    with torch.no_grad():
+        r = sample(model.eval(), prompts, max_new_tokens=10, eos_token_id=tok.eos_token_id,
+                   pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(3))
+    cut = torch.tensor([1, 10, 4, 7, 2, 10, 9, 3, 5, 6, 8, 1])  # right padding from here
+    keep = torch.arange(10)[None, :] < cut[:, None]
+    r.response_mask = r.response_mask * keep
+    r.response_ids = r.response_ids.masked_fill(~keep, tok.pad_token_id)
+    model.train()
+    ids, mask = r.full_sequences()
+    m = r.response_mask.double()
+    weights = torch.randn(m.shape, generator=torch.Generator().manual_seed(4), dtype=m.dtype)
+    out = []
+    for overhead in (0.0, float("inf")):
+        model.zero_grad()
+        logp, ent = response_logprobs(model, ids, mask, r.response_ids, 0.7,
+                                      share_prompts=share, overhead=overhead)
+        ((logp * weights + 0.1 * ent) * m).sum().backward()
+        out.append((logp.detach() * m, ent.detach() * m,
+                    [p.grad.clone() for p in model.parameters()]))
+    (lp0, h0, g0), (lp1, h1, g1) = out
+    torch.testing.assert_close(lp0, lp1, rtol=0, atol=1e-10)
+    torch.testing.assert_close(h0, h1, rtol=0, atol=1e-10)
+    for a, b in zip(g0, g1, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=7), st.sampled_from([0.0, 3.0, 50.0]))
+def test_length_buckets_partition_rows_at_least_cost(lengths, overhead):
+    """Every row in exactly one bucket, and the split's cost (rows x longest + overhead per
+    bucket) is the least over every partition of the sorted rows into runs (brute force)."""
+    from itertools import combinations
+
+    from lmpo.trainer.prefix import length_buckets
+
+    groups = length_buckets(lengths, overhead)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+
+    def cost(parts):
+        return sum(len(g) * max(max(1, lengths[i]) for i in g) + overhead for g in parts)
+
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = min(cost([order[a:b] for a, b in zip((0, *cuts), (*cuts, n), strict=True)])
+               for k in range(n) for cuts in combinations(range(1, n), k))
+    assert cost(groups) == pytest.approx(best)

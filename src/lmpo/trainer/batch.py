@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lmpo.logprobs import logprobs_and_entropy
-from lmpo.masked import position_ids
 from lmpo.rewards import Reward, RewardError
-from lmpo.trainer.prefix import shared_prefix_logits
+from lmpo.trainer.prefix import response_logprobs
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,
@@ -45,22 +43,17 @@ def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[
 def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
                      temperature: float = 1.0, with_entropy: bool = True,
                      share_prompts: bool = True):
-    """log pi(response token) and entropy at every response position.
+    """log pi(response token) and entropy at every response position (0 past a response).
 
     ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
-    `share_prompts` runs each distinct prompt once (`lmpo.trainer.prefix`): same values
-    and gradients, less work when prompts repeat.
+    The rows run in length buckets, each cut at its longest response, and with
+    `share_prompts` each distinct prompt runs once (`lmpo.trainer.prefix`): same values
+    and gradients as one padded pass, less work.
     """
-    t = response_ids.shape[1]
     device = next(model.parameters()).device
     ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
-    logits = shared_prefix_logits(model, ids, mask, t) if share_prompts else None
-    if logits is None:
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                       logits_to_keep=t + 1).logits[:, :t]
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp, ent = logprobs_and_entropy(logits, response_ids)
+    logp, ent = response_logprobs(model, ids, mask, response_ids, temperature,
+                                  share_prompts=share_prompts)
     return logp, (ent if with_entropy else None)
 
 
