@@ -25,6 +25,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def adamw(params, **kwargs) -> torch.optim.AdamW:
+    """AdamW over `params`, fused (one kernel per step instead of torch's multi-tensor loop)
+    where torch has a fused kernel for their device (CPU and CUDA): the same update up to
+    float rounding, ~5x faster on SmolLM2-135M's 135M parameters on a 2-core CPU
+    (benchmarks/real_step.py)."""
+    params = list(params)
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point()
+                                 for p in params)
+    return torch.optim.AdamW(params, fused=fused, **kwargs)
+
+
 def enable_checkpointing(model) -> None:
     """Recompute activations in the backward pass (transformers 5 renamed the switch)."""
     kwargs = {"use_reentrant": False}

@@ -29,7 +29,7 @@ from lmpo.trainer.checkpoint import (
 )
 from lmpo.trainer.history import PolicyHistory
 from lmpo.trainer.resume import check_resumable
-from lmpo.trainer.runtime import Runtime, prepare_policy, resolve_device
+from lmpo.trainer.runtime import Runtime, adamw, prepare_policy, resolve_device
 from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import Bound, TrainConfig
@@ -156,13 +156,13 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
     heldout = heldout_split(task, cfg.log.eval_per_tier)
     state = RunState(
         policy=policy, reference=reference,
-        opt=torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad],
-                              lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay),
+        opt=adamw([p for p in policy.parameters() if p.requires_grad],
+                  lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay),
         sampler=Sampler(training_pool(task, cfg, heldout.prompts),
                         cfg.rollout.batch_size // cfg.rollout.group_size,
                         kind=cfg.rollout.sampler, seed=cfg.seed, order=task.clusters),
         estimator=bound.estimator, critic=critic,
-        critic_opt=torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr) if critic else None,
+        critic_opt=adamw(critic.parameters(), lr=cfg.critic.lr) if critic else None,
         controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         shadows=build_shadows(cfg),
