@@ -19,11 +19,13 @@ attention products is taken as that of the d x d linear at the same rows. Elemen
 work, the sampler's draw and the optimiser are not in the floor: they are what the ratio
 shows.
 
-    python benchmarks/flop_floor.py [--sizes nano,135m] [--dtypes float32,bfloat16]
-                                    [--steps 3] [--smoke]
+    python benchmarks/flop_floor.py [--sizes nano,135m,base_real]
+                                    [--dtypes float32,bfloat16] [--steps 3] [--smoke]
 
 `135m` is a randomly initialised model with SmolLM2-135M's configuration (the FLOPs of
-the real one; its weights do not change the work at a fixed length).
+the real one; its weights do not change the work at a fixed length). `base_real` is the
+real testbed's own step (`real_step.py`: the trainer's step on SmolLM2-135M-Instruct at
+the lengths it samples, phase by phase, before and after the changes it measures).
 """
 
 from __future__ import annotations
@@ -227,8 +229,13 @@ def main() -> None:
     ap.add_argument("--out", default="flop_floor")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    sizes, dtypes = a.sizes.split(","), a.dtypes.split(",")
     rows = [measure(size, dtype, a.steps, a.smoke, a.repeats)
-            for size in a.sizes.split(",") for dtype in a.dtypes.split(",")]
+            for size in sizes if size != "base_real" for dtype in dtypes]
+    if "base_real" in sizes:  # the real testbed's own step, phase by phase (real_step.py)
+        from real_step import base_real_rows
+
+        rows += base_real_rows(dtypes, a.steps, a.repeats)
     write_result(a.out, {"smoke": a.smoke, "steps": a.steps, "rows": rows}, threads=a.threads)
 
 
