@@ -51,6 +51,8 @@ MATCHED["drpo"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
 MATCHED["output_reset_rlhf"] = MATCHED["output_reset"]
 # CE-GPPO's entropy claim on the real testbed: the authors' settings for both arms
 MATCHED["real_cegppo"] = {"loss.name", "loss.hparams.beta1", "loss.hparams.beta2"}
+# bf16 vs float32 on the real testbed: the two precisions and nothing else
+MATCHED["precision_real"] = {"rollout.dtype", "optim.dtype"}
 # the survey of every group-family method: each loss as its preset states it (with GRPO's
 # advantages), each estimator with PPO-clip
 MATCHED["zoo"] = {"advantage.name", "loss.agg", "loss.name", "optim.minibatches"} | {
