@@ -87,13 +87,9 @@ class _Prompts:
     def cache_for(self, rows: torch.Tensor):
         """A cache holding `rows`' prompts; the shared one is left as it is (an index of
         its tensors, so gradients flow back to the one prompt pass)."""
-        index = self.inverse[rows]
-        if not hasattr(self.cache, "layers"):  # transformers < 4.56: one use only
-            self.cache.batch_select_indices(index)
-            return self.cache
-        cache = copy.copy(self.cache)
+        cache = copy.copy(self.cache)  # transformers >= 4.56: a cache holds its layers
         cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-        cache.batch_select_indices(index)
+        cache.batch_select_indices(self.inverse[rows])
         return cache
 
 
