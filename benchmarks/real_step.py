@@ -147,12 +147,13 @@ VARIANTS = ("before", "lmpo")
 torch's multi-tensor AdamW); `lmpo`: as it is."""
 
 
-def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict) -> dict:
+def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
+            overrides=()) -> dict:
     """One variant's steps; the held-out evaluation (the same float32 sampling in every
     variant) is timed once and reused from `evaluated` after that."""
     cfg = load_config(TrainConfig, "base_real", [
         f"optim.dtype={dtype}", f"rollout.dtype={dtype}", "log.checkpoint_every=1000",
-        "log.eval_every=1000"])
+        "log.eval_every=1000", *overrides])
     timers = Timers()
     prefix_mod.BUCKET_OVERHEAD = float("inf") if variant == "before" else OVERHEAD
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,10 +230,13 @@ def summarise(dtype, label, cfg, per_step, evaluation, c, repeats) -> dict:
     return row
 
 
-def base_real_rows(dtypes, steps: int, repeats: int, variants=VARIANTS) -> list[dict]:
-    """Every (dtype, variant) row, the variants of a dtype one after the other."""
+def base_real_rows(dtypes, steps: int, repeats: int, variants=VARIANTS,
+                   overrides=()) -> list[dict]:
+    """Every (dtype, variant) row, the variants of a dtype one after the other;
+    `overrides` (key=value) change base_real (the smoke test's tiny policy and sizes)."""
     evaluated: dict = {}
-    return [measure(d, steps, repeats, v, evaluated) for d in dtypes for v in variants]
+    return [measure(d, steps, repeats, v, evaluated, overrides) for d in dtypes
+            for v in variants]
 
 
 def main() -> None:
@@ -243,9 +247,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default="real_step")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides of base_real (the smoke test: a tiny policy, short runs)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    rows = base_real_rows(a.dtypes.split(","), a.steps, a.repeats, a.variants.split(","))
+    rows = base_real_rows(a.dtypes.split(","), a.steps, a.repeats, a.variants.split(","),
+                          a.set)
     write_result(a.out, {"steps": a.steps, "rows": rows}, threads=a.threads)
 
 

@@ -97,6 +97,17 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                                                          "loss+estimator+controller",
                                                          "loss+grad_cos"}
                         and r["variants"]["none"]["ratio"] == 1.0),
+        "real_step": (["--steps", "2", "--repeats", "1", "--set", f"policy={tiny}",
+                       "prompt_format=raw", "system_prompt=null", "rollout.max_new_tokens=6",
+                       "log.eval_max_new_tokens=4", "log.eval_per_tier=2", "log.eval_samples=1",
+                       "rollout.batch_size=4", "rollout.group_size=2",
+                       "optim.micro_batch_size=4"],
+                      lambda r: [(x["dtype"], x["variant"]) for x in r["rows"]] == [
+                          ("bfloat16", "before"), ("bfloat16", "lmpo"), ("float32", "before"),
+                          ("float32", "lmpo")]
+                      and all(x["floor_s"] > 0 and len(x["steps"]) == 2
+                              and x["steps"][0]["phases_s"]["update_backward"] > 0
+                              for x in r["rows"])),
         "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1"],
                        rows_with("ratio", "floor_s", "step_s", "tflop")),
     }
