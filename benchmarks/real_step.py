@@ -18,9 +18,12 @@ Opens a `base_real` run (SmolLM2-135M-Instruct, 4 prompts x G = 8, up to 128 new
 The floor of each phase is its matrix products counted from the shapes the step actually
 ran (each distinct prompt's length, every response's sampled length: padding is work the
 floor does not count), each timed at this process's own throughput for that shape and
-dtype (`flop_floor.Floor`). The row's `ratio` is the step (evaluation excluded: it runs 3
-times in 40 steps) over its floor; `run_40_estimate_s` adds the evaluations a 40-step run
-makes. `flop_floor.py --sizes base_real` writes these rows with the others.
+dtype (`flop_floor.Floor`). The distinct prompts count once per pass, though each of the
+update's minibatches runs the prompts it holds: with base_real's 2 minibatches that leaves
+the update's floor ~10% low, so its ratio reads high, not low. The row's `ratio` is the
+step (evaluation excluded: it runs 3 times in 40 steps) over its floor;
+`run_40_estimate_s` adds the evaluations a 40-step run makes. `flop_floor.py --sizes
+base_real` writes these rows with the others.
 
     python benchmarks/real_step.py [--dtypes bfloat16,float32] [--steps 3] [--out real_step]
 """
