@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import statistics
 import tempfile
 import time
@@ -58,14 +59,22 @@ class Timers:
         self.s = collections.defaultdict(float)
         self.shapes = collections.defaultdict(list)
         self.undo = []
-        self.in_diagnostics = False
+        self.inside = None  # the label of the wrapped call now running, if it marks itself
 
-    def wrap(self, owner, name, label, classify=None):
+    def wrap(self, owner, name, label, classify=None, mark=False):
+        """Time `owner.name` under `label` (or `classify(args, kwargs, out)`); with `mark`,
+        `self.inside` is the label while it runs (the calls inside it can tell)."""
         original = getattr(owner, name)
 
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
-            out = original(*args, **kwargs)
+            if mark:
+                self.inside = label
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                if mark:
+                    self.inside = None
             key = classify(args, kwargs, out) if classify else label
             self.s[key] += time.perf_counter() - t0
             return out
@@ -85,25 +94,14 @@ def instrument(run, timers: Timers) -> None:
     w(fast_llama.FastLlamaDecoder, "step", "sampling_decode")
 
     def which(args, kwargs, out):  # the recompute, the reference's pass, or the float32
-        if timers.in_diagnostics:  # pass after the update (timed as `diagnostics`)
+        if timers.inside == "diagnostics":  # pass after the update (in `diagnostics`)
             return "diagnostics_pass"
         return "reference" if args[0] is state.reference else "recompute"
 
     w(stages, "forward_logprobs", None, which)
     w(update_mod, "forward_logprobs", "update_forward")
     w(prefix_mod, "logprobs_and_entropy", "logprob_entropy")
-    original = loop.after_update
-
-    def diagnostics(*args, **kwargs):
-        timers.in_diagnostics = True
-        try:
-            return original(*args, **kwargs)
-        finally:
-            timers.in_diagnostics = False
-
-    loop.after_update = diagnostics
-    timers.undo.append((loop, "after_update", original))
-    w(loop, "after_update", "diagnostics")
+    w(loop, "after_update", "diagnostics", mark=True)
     w(torch.Tensor, "backward", "update_backward")
     w(torch.nn.utils, "clip_grad_norm_", "grad_clip")
     w(state.opt, "step", "optimizer")
@@ -159,7 +157,7 @@ def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
         "log.eval_every=1000", *overrides])
     timers = Timers()
     prefix_mod.BUCKET_OVERHEAD = float("inf") if variant == "before" else OVERHEAD
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _restore_overhead():
         if evaluated:  # opening evaluates the starting policy
             timers.undo.append((setup.Run, "evaluate", setup.Run.evaluate))
             setup.Run.evaluate = lambda run: evaluated["result"]
@@ -189,8 +187,15 @@ def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
             timers.restore()
             policy_config = run.state.policy.config.to_dict()
             run.close()
-    prefix_mod.BUCKET_OVERHEAD = OVERHEAD
     return summarise(dtype, variant, cfg, per_step, evaluation, policy_config, repeats)
+
+
+@contextlib.contextmanager
+def _restore_overhead():
+    try:
+        yield
+    finally:
+        prefix_mod.BUCKET_OVERHEAD = OVERHEAD
 
 
 PHASES = ("sampling_prompt", "sampling_decode", "recompute", "reference", "update_forward",
