@@ -17,11 +17,14 @@ def dppo_tv(lp, olp, a, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
     return -a * w * lp, -a * w
 
 
-@reference("dppo_kl", cases=[{}, {"delta": 0.005, "clip_ratio_c": 1.1}])
-def dppo_kl(lp, olp, a, *, delta=0.05, clip_ratio_c=3.0):
+@reference("dppo_kl", cases=[{}, {"delta": 0.005, "clip_ratio_c": 1.1},
+                             {"delta": 9.0, "delta_low": 0.002, "delta_high": 0.03}])
+def dppo_kl(lp, olp, a, *, delta=0.05, clip_ratio_c=3.0, delta_low=None, delta_high=None):
     p, q = math.exp(lp), math.exp(olp)
     d = q * (olp - lp) + (1 - q) * math.log((1 - q + 1e-8) / (1 - p + 1e-8))
-    drop = d > delta and ((a > 0 and p > q) or (a <= 0 and p < q))
+    bound = (delta_high if a > 0 else delta_low)
+    bound = delta if bound is None else bound
+    drop = d > bound and ((a > 0 and p > q) or (a <= 0 and p < q))
     if drop:
         return 0.0, 0.0
     w = min(ratio(lp, olp), clip_ratio_c)

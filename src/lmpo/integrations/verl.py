@@ -60,17 +60,22 @@ def make_policy_loss(name: str):
     """verl-signature wrapper around lmpo loss `name`."""
     from verl.trainer.ppo.core_algos import agg_loss
 
-    clipfrac = loss_meta(name)["clipfrac"]  # the loss's own clip-fraction metric
+    meta = loss_meta(name)
+    clipfrac = meta["clipfrac"]  # the loss's own clip-fraction metric
+    fixed_agg = meta["peer_agg"].get("verl")  # where verl's own function ignores the mode
 
     def policy_loss(old_log_prob, log_prob, advantages, response_mask,
                     loss_agg_mode: str = "token-mean", config=None, rollout_is_weights=None):
         fn = get_loss(name, **resolve_hparams(name, config))
         loss_tok, metrics = fn(log_prob, old_log_prob, advantages, response_mask)
-        if rollout_is_weights is not None:
-            loss_tok = loss_tok * rollout_is_weights
-        batch_info = dict(_get(config, "global_batch_info", None) or {})
-        loss = agg_loss(loss_mat=loss_tok, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
-                        **batch_info)
+        if fixed_agg == "row-mean":
+            loss = row_mean(loss_tok, response_mask, rollout_is_weights)
+        else:
+            if rollout_is_weights is not None:
+                loss_tok = loss_tok * rollout_is_weights
+            batch_info = dict(_get(config, "global_batch_info", None) or {})
+            loss = agg_loss(loss_mat=loss_tok, loss_mask=response_mask,
+                            loss_agg_mode=fixed_agg or loss_agg_mode, **batch_info)
         out = {f"actor/lmpo/{k}": v for k, v in metrics.items()}
         out["actor/pg_clipfrac"] = metrics.get(clipfrac, 0.0)
         out["actor/ppo_kl"] = metrics["approx_kl"]
@@ -78,6 +83,18 @@ def make_policy_loss(name: str):
 
     policy_loss.__name__ = f"{PREFIX}{name}"
     return policy_loss
+
+
+def row_mean(loss_tok: torch.Tensor, mask: torch.Tensor, is_weights=None) -> torch.Tensor:
+    """verl's reduction for a per-sequence loss (its geo_mean): each row's loss (the sum of
+    a per-token loss that spreads it evenly over the row's tokens; 0 for an empty row),
+    times the geometric mean of the row's rollout IS weights, averaged over every row of
+    the micro-batch (torch.mean: no data-parallel or global-batch scaling)."""
+    rows = (loss_tok * mask).sum(dim=-1)
+    if is_weights is not None:
+        n = mask.sum(dim=-1)
+        rows = rows * torch.exp((torch.log(is_weights + 1e-10) * mask).sum(dim=-1) / (n + 1e-8))
+    return rows.mean()
 
 
 def estimator_instance(name: str, hparams: dict | None = None):

@@ -41,7 +41,8 @@ DPPO_META = {"diagnostics": ("loss/dppo/masked_frac",), "clipfrac": "dppo/masked
                  domains={"delta_low": "(0, 1]", "delta_high": "(0, 1]",
                           "clip_ratio_c": "(1, inf)"},
                  peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
-                                     "delta_high": ("clip_ratio_high", "clip_ratio")}},
+                                     "delta_high": ("clip_ratio_high", "clip_ratio"),
+                                     "clip_ratio_c": ("clip_ratio_c",)}},
                  title="DPPO (binary TV)",
                  summary="hard mask on the sampled token's probability change (TV)")
 def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
@@ -54,11 +55,18 @@ def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_
 
 
 @LOSSES.register("dppo_kl", default_agg="token-mean", **DPPO_META, title="DPPO (binary KL)",
-                 domains={"delta": "(0, inf)", "clip_ratio_c": "(1, inf)"},
+                 domains={"delta": "(0, inf)", "clip_ratio_c": "(1, inf)",
+                          "delta_low": "(0, inf) | None", "delta_high": "(0, inf) | None"},
+                 peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
+                                     "delta_high": ("clip_ratio_high", "clip_ratio"),
+                                     "clip_ratio_c": ("clip_ratio_c",)}},
                  summary="hard mask on the sampled token's probability change (binary KL)")
-def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
+def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0, delta_low=None,
+            delta_high=None):
     """DPPO binary-KL: D = q log(q/p) + (1-q) log((1-q)/(1-p)); drop a token if
     D > delta and it moved with its advantage (A > 0 and p > q, or A <= 0 and p < q).
+    `delta_high` (A > 0) and `delta_low` (A <= 0), when set, replace `delta` on their side,
+    as verl's dppo_kl reads clip_ratio_high / clip_ratio_low.
 
     The 1e-8 guards inside the second log are verl's; (1-p) is floored at 0 so a
     log-prob that rounds above 0 cannot produce NaN.
@@ -68,7 +76,9 @@ def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0):
     d = q * (x.old_logp - x.logp.detach()) + (1 - q) * torch.log(
         ((1 - q).clamp(min=0) + 1e-8) / ((1 - p).clamp(min=0) + 1e-8)
     )
-    keep = torch.where(x.adv > 0, (d <= delta) | (p <= q), (d <= delta) | (p >= q))
+    high = delta if delta_high is None else delta_high
+    low = delta if delta_low is None else delta_low
+    keep = torch.where(x.adv > 0, (d <= high) | (p <= q), (d <= low) | (p >= q))
     loss, metrics = _truncated_pg(x, keep, clip_ratio_c)
     metrics["dppo/binary_kl_mean"] = x.mean(d)
     return loss, metrics

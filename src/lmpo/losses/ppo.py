@@ -26,7 +26,8 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
 @LOSSES.register("ppo_clip", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP}, domains=CLIP | DUAL_CLIP,
+                 peer_keys={"verl": VERL_CLIP | {"clip_ratio_c": ("clip_ratio_c",)},
+                            "trl": TRL_CLIP}, domains=CLIP | DUAL_CLIP,
                  title="PPO-clip (PPO, GRPO, DAPO)", source="arXiv 1707.06347",
                  summary="clipped ratio surrogate, asymmetric eps (clip-higher), optional "
                          "dual clip")

@@ -20,6 +20,11 @@ docs and adapters so that none of them names a loss:
   diagnostic steps, each with {diagnostic parameter: this loss's hyper-parameter}.
 - `peer_keys`: {"verl" | "trl": {hyper-parameter: (peer config key, fallback, ...)}}: the
   peer's settings that feed a hyper-parameter the user did not set explicitly.
+- `peer_agg`: {"verl": mode}: the aggregation the peer's own function hard-codes whatever
+  its aggregation setting says (verl's sapo: seq-mean-token-mean; its geo_mean: "row-mean",
+  the mean of row losses over every row, an empty one included, each row's rollout IS
+  weight the geometric mean of its tokens'). The adapter applies it in place of the
+  user's mode, so that `lmpo_<name>` trains what the peer's own `<name>` trains.
 - `clipfrac`: the metric the verl adapter reports as `actor/pg_clipfrac`.
 - `preset_keys`: config keys outside `loss.*` the method's preset may set.
 - `acts_without_advantage`: True for a loss with a term that acts on every token whatever
@@ -38,7 +43,7 @@ LOSSES = Registry("loss", defaults={
     "acts": None, "engagement": None, "mediates": (),
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
-    "batch_token_mean": False, "agg_is_method": False,
+    "batch_token_mean": False, "agg_is_method": False, "peer_agg": {},
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none

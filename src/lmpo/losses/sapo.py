@@ -14,6 +14,7 @@ TAUS = {"tau_pos": "[0.01, inf)", "tau_neg": "[0.01, inf)"}
 
 
 @LOSSES.register("sapo", default_agg="seq-mean-token-mean",
+                 peer_agg={"verl": "seq-mean-token-mean"},
                  diagnostics=("loss/sapo/gate_mean", "loss/sapo/damped_frac"),
                  acts={"metric": "loss/sapo/damped_frac", "above": 0.0},
                  engagement="loss/sapo/damped_frac",
