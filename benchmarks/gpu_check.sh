@@ -7,13 +7,17 @@
 #
 #   benchmarks/gpu_check.sh [OUT]          # OUT defaults to benchmarks/results/gpu
 #   benchmarks/gpu_check.sh --dry-run [OUT] # the same code on the CPU, tiny sizes, no wheels
+#                                           # (with $PYTHON, by default the project's .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dry=""
 if [ "${1:-}" = "--dry-run" ]; then dry="--dry-run"; shift; fi
 out="$(realpath -m "${1:-benchmarks/results/gpu}")"
 if [ -n "$dry" ]; then
-  py="${PYTHON:-python}"
+  # PYTHON, else the project's own environment (make install), else python on PATH
+  default=python
+  [ -x .venv/bin/python ] && default="$PWD/.venv/bin/python"
+  py="${PYTHON:-$default}"
 else
   wheels=gpu-wheels
   [ -f "$wheels/requirements.txt" ] || { echo "gpu_check: run make gpu-wheels first" >&2; exit 1; }

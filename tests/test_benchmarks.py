@@ -154,10 +154,15 @@ def test_gpu_check_dry_run(tmp_path):
     """The GPU check's code path on the CPU at tiny sizes (no wheels): its JSON has the
     machine, sampling vs generate, the RL step in both precisions and the testbed."""
     out = tmp_path / "gpu"
-    env_python = {"PYTHON": sys.executable}
+    # PYTHON unset and no environment on PATH: the script finds the project's .venv
+    # (where this suite runs, unless another interpreter was named)
+    project_venv = Path(sys.prefix).resolve() == (BENCH.parent / ".venv").resolve()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env |= {"PATH": "/usr/bin:/bin", "LMPO_HOME": str(tmp_path / "h")}
+    if not project_venv:
+        env["PYTHON"] = sys.executable
     done = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--dry-run", str(out)],
-                          env=os.environ | env_python | {"LMPO_HOME": str(tmp_path / "h")},
-                          capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     assert result["dry_run"] is True and {"python", "torch"} <= set(result["machine"])
