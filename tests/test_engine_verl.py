@@ -51,6 +51,19 @@ def test_what_verl_cannot_express_is_named():
                                               "rollout.staleness=2"}
 
 
+def test_an_aggregation_verls_own_function_ignores_is_refused():
+    """verl's sapo always aggregates seq-mean-token-mean and its geo_mean averages rows: an
+    arm asking another mode would train something else in verl; the presets' own pass
+    (a bias-corrected KL is refused too: verl's KL loss has none)."""
+    assert refusals(load_config(TrainConfig, "sapo")) == []
+    assert refusals(load_config(TrainConfig, "geo_mean")) == []
+    why = refusals(load_config(TrainConfig, "sapo", ["loss.agg=token-mean", "kl.coef=0.1",
+                                                     "kl.bias_correction=true"]))
+    assert {w.split(":")[0] for w in why} == {"loss.agg=token-mean", "kl.bias_correction=True"}
+    why = refusals(load_config(TrainConfig, "geo_mean", ["loss.agg=token-mean"]))
+    assert [w.split(":")[0] for w in why] == ["loss.agg=token-mean"]
+
+
 def experiment(tmp_path, arms):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({"arms": arms, "seeds": [0, 1], "steps": 5,

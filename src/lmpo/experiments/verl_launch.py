@@ -106,10 +106,18 @@ def refusals(cfg) -> list[str]:
          "lmpo export-data writes the task's own reward only"),
         (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
          "verl's actor has no NLL term on correct responses"),
+        (cfg.kl.coef > 0 and cfg.kl.bias_correction, "kl.bias_correction=True",
+         "verl's KL loss has no importance-ratio correction"),
         (r.batch_size // r.group_size % cfg.optim.minibatches != 0,
          f"optim.minibatches={cfg.optim.minibatches}",
          "the prompts per batch do not split into that many minibatches"),
     ]
+    agg = cfg.loss.agg or default_aggregation(cfg.loss.name)
+    fixed = loss_meta(cfg.loss.name)["peer_agg"].get("verl")  # verl's own reduction
+    # "row-mean" (geo_mean) is seq-mean-token-sum counting empty responses as rows
+    fixed_as_mode = "seq-mean-token-sum" if fixed == "row-mean" else fixed
+    checks.append((fixed is not None and agg != fixed_as_mode, f"loss.agg={agg}",
+                   f"verl's {cfg.loss.name} aggregates {fixed} whatever loss_agg_mode says"))
     if cfg.actor_critic:
         checks += [(cfg.critic.init != "random", f"critic.init={cfg.critic.init}",
                     "verl's critic starts from a randomly initialised value head"),
