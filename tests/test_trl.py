@@ -88,6 +88,18 @@ def test_grpo_configs_clip_settings_reach_the_losses_that_declare_them(tmp_path)
     assert t.lmpo_loss_hparams == {}
 
 
+def test_grpo_configs_scale_rewards_reaches_lmpos_grpo(tmp_path):
+    """TRL's scale_rewards names lmpo grpo's scale ("group", "batch", "none"; TRL turns
+    True / False into group / none); lmpo_advantage_hparams wins."""
+    for scale in ("batch", "none", True):
+        t = make_trainer(tmp_path, lmpo_loss="ppo_clip", lmpo_advantage="grpo",
+                         args_kw={"scale_rewards": scale})
+        assert t.lmpo_estimator.scale == {True: "group"}.get(scale, scale)
+    t = make_trainer(tmp_path, lmpo_loss="ppo_clip", lmpo_advantage="grpo",
+                     lmpo_advantage_hparams={"scale": "group"}, args_kw={"scale_rewards": "none"})
+    assert t.lmpo_estimator.scale == "group"
+
+
 def fixed_inputs(trainer, seed=0, b=16, p=5, t=12):
     """A batch with an old policy that differs from the current one (ratios away from 1)."""
     g = torch.Generator().manual_seed(seed)
@@ -115,7 +127,12 @@ TRL_TYPES = [("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3}),
              ("sapo", "sapo", {"sapo_temperature_pos": 1.5, "sapo_temperature_neg": 2.5}),
              ("luspo", "luspo", {"importance_sampling_level": "sequence", "epsilon": 0.05,
                                  "epsilon_high": 0.08}),
-             ("vespo", "vespo", {"vespo_k_pos": 1.5, "vespo_lambda_pos": 2.0})]
+             ("vespo", "vespo", {"vespo_k_pos": 1.5, "vespo_lambda_pos": 2.0}),
+             # GRPOConfig.delta, TRL's two-sided clip, in each loss type that applies it
+             ("dapo", "ppo_clip", {"epsilon_high": 0.28, "delta": 1.3}),
+             ("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3, "delta": 1.25}),
+             ("luspo", "luspo", {"importance_sampling_level": "sequence", "epsilon": 0.05,
+                                 "epsilon_high": 0.08, "delta": 1.02})]
 
 
 @pytest.mark.parametrize("loss_type, loss, args_kw", TRL_TYPES, ids=lambda x: str(x)[:12])
@@ -189,3 +206,51 @@ def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy
     assert again["engine"] == "trl" and again["finished"]
     assert [r["reward/mean"] for r in again["rows"]] == pytest.approx(
         [r["reward/mean"] for r in logged])
+
+
+def loss_and_logp_grad(trainer, compute, inputs):
+    """(loss, d loss / d per-token log-prob): the log-probs the forward returns made a
+    leaf, so that the comparison is of the loss, not of float32 rounding in the network's
+    backward (the two add their terms in different orders)."""
+    forward = type(trainer)._get_per_token_logps_and_entropies
+    leaf = {}
+
+    def as_leaf(self, *args, **kwargs):
+        logp, entropies, aux = forward(self, *args, **kwargs)
+        leaf["logp"] = logp.detach().clone().requires_grad_(True)
+        return leaf["logp"], entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = as_leaf.__get__(trainer)
+    try:
+        loss = compute(trainer, trainer.model, inputs)
+    finally:
+        del trainer._get_per_token_logps_and_entropies
+    return loss, torch.autograd.grad(loss, leaf["logp"])[0]
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_the_kl_term_equals_trls_with_and_without_its_bias_correction(tmp_path, bias_correction,
+                                                                     level):
+    """beta > 0: TRL's k3 KL term, times its differentiable importance ratio (token or
+    sequence level) when use_bias_correction_kl (TRL's default) is on; values and
+    gradients against GRPOTrainer's own loss on the same batch and reference."""
+    loss = "luspo" if level == "sequence" else "dapo"  # a loss type with that ratio
+    trainer = make_trainer(tmp_path, loss_type=loss, beta=0.3,
+                           lmpo_loss="luspo" if level == "sequence" else "ppo_clip",
+                           args_kw={"use_bias_correction_kl": bias_correction,
+                                    "importance_sampling_level": level})
+    inputs = fixed_inputs(trainer)
+    g = torch.Generator().manual_seed(5)
+    inputs["ref_per_token_logps"] = inputs["old_per_token_logps"] + \
+        0.3 * torch.randn(inputs["old_per_token_logps"].shape, generator=g)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    ours, g_ours = loss_and_logp_grad(trainer, LmpoGRPOTrainer._compute_loss, inputs)
+    theirs, g_theirs = loss_and_logp_grad(trainer, GRPOTrainer._compute_loss, inputs)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-8)
+    if bias_correction:  # the correction changes the gradient: the test can tell
+        trainer.args.use_bias_correction_kl = False
+        _, g_plain = loss_and_logp_grad(trainer, LmpoGRPOTrainer._compute_loss, inputs)
+        assert (g_plain - g_ours).abs().max() > 1e-4

@@ -65,6 +65,36 @@ def test_micro_batch_size_does_not_change_the_gradient(agg):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_the_kl_term_with_and_without_its_bias_correction(bias_correction):
+    """The KL loss term alone (a policy loss of 0): coef * token-mean of k3, times the
+    differentiable ratio exp(logp - old_logp) with kl.bias_correction; gradients against
+    the same quantity written out here, float64, rtol 1e-10."""
+    from lmpo.losses import aggregate, kl_penalty
+    from lmpo.trainer.batch import forward_logprobs
+
+    tok = build_tokenizer()
+    policy = build_policy("nano", tok, seed=0).to(D)
+    batch = make_batch(policy, b=16, seed=2)
+    cfg = load_config(TrainConfig, None, ["kl.coef=0.3", f"kl.bias_correction={bias_correction}",
+                                          "rollout.batch_size=16"])
+
+    def zero_loss(logp, old, adv, mask):
+        return logp * 0.0, {}
+
+    policy.zero_grad(set_to_none=True)
+    accumulate_gradients(policy, None, zero_loss, "token-mean", batch, torch.arange(16), cfg)
+    ours = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad(set_to_none=True)
+    logp, _ = forward_logprobs(policy, batch.ids, batch.mask, batch.resp_ids)
+    kl = kl_penalty(logp, batch.ref_logp, "k3")
+    if bias_correction:
+        kl = kl * torch.exp(logp - batch.old_logp)
+    (0.3 * aggregate(kl, batch.resp_mask, "token-mean")).backward()
+    for a, b in zip(ours, [p.grad for p in policy.parameters()], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+
+
 def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
     """4 minibatches, the second non-finite: 3 updates are applied and the reported loss
     metric is the mean of those 3, not a sum divided by 4."""

@@ -7,13 +7,19 @@ import math
 from tests.loss_references import ratio, reference
 
 
-@reference("ppo_clip", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}, {"clip_ratio_c": 1.5}])
-def ppo_clip(lp, olp, a, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
+@reference("ppo_clip", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}, {"clip_ratio_c": 1.5},
+                              {"delta": 1.5}, {"eps_high": 0.28, "delta": 1.3,
+                                               "clip_ratio_c": 2.0}])
+def ppo_clip(lp, olp, a, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None, delta=None):
+    """delta (TRL's two-sided clip, INTELLECT-2): the unclipped term's ratio capped at
+    delta, without gradient above it."""
     r = ratio(lp, olp)
     rc = min(max(r, 1 - eps_low), 1 + eps_high)
-    unclipped, clipped = -r * a, -rc * a
+    capped = delta is not None and r > delta
+    r1 = delta if capped else r
+    unclipped, clipped = -r1 * a, -rc * a
     if unclipped >= clipped:
-        value, grad = unclipped, -r * a
+        value, grad = unclipped, 0.0 if capped else -r * a
     else:
         value, grad = clipped, 0.0
     if clip_ratio_c is not None and a < 0 and value > -clip_ratio_c * a:
@@ -33,10 +39,13 @@ def reinforce(lp, olp, a):
 
 
 @reference("gspo", rows=True, cases=[{}, {"eps_low": 0.05, "eps_high": 0.1},
-                                     {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": 1.05}])
-def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None):
+                                     {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": 1.05},
+                                     {"eps_low": 0.01, "eps_high": 0.01, "delta": 1.02}])
+def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None,
+              delta=None):
     """Per-row GSPO; returns per-token (value, grad) lists. Needs whole rows. Dual clip:
-    for A < 0 a loss above -c A is -c A, without gradient."""
+    for A < 0 a loss above -c A is -c A, without gradient. delta caps the unclipped term's
+    sequence ratio (without gradient above it)."""
     out = []
     for lp_row, olp_row, a_row, m_row in zip(lps, olps, advs, mask, strict=True):
         n = sum(m_row)
@@ -49,8 +58,10 @@ def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_
                 row.append((0.0, 0.0))
                 continue
             sc = min(max(s, 1 - eps_low), 1 + eps_high)
-            if -s * a >= -sc * a:
-                value, grad = -s * a, -s * a
+            capped = delta is not None and s > delta
+            s1 = delta if capped else s
+            if -s1 * a >= -sc * a:
+                value, grad = -s1 * a, 0.0 if capped else -s * a
             else:
                 value, grad = -sc * a, 0.0
             if clip_ratio_c is not None and a < 0 and value > -clip_ratio_c * a:
@@ -60,13 +71,14 @@ def gspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_
     return out
 
 
-@reference("luspo", rows=True, cases=[{}, {"eps_low": 0.2, "eps_high": 0.28}])
-def luspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4):
+@reference("luspo", rows=True, cases=[{}, {"eps_low": 0.2, "eps_high": 0.28},
+                                      {"eps_low": 0.01, "eps_high": 0.01, "delta": 1.02}])
+def luspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, delta=None):
     """LUSPO's per-token loss is GSPO's (it differs in the aggregation)."""
-    return gspo_rows(lps, olps, advs, mask, eps_low=eps_low, eps_high=eps_high)
+    return gspo_rows(lps, olps, advs, mask, eps_low=eps_low, eps_high=eps_high, delta=delta)
 
 
-@reference("bnpo", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}])
-def bnpo(lp, olp, a, *, eps_low=0.2, eps_high=0.2):
+@reference("bnpo", cases=[{}, {"eps_low": 0.1, "eps_high": 0.28}, {"delta": 1.4}])
+def bnpo(lp, olp, a, *, eps_low=0.2, eps_high=0.2, delta=None):
     """BNPO's per-token loss is PPO-clip's (it differs in TRL's normaliser)."""
-    return ppo_clip(lp, olp, a, eps_low=eps_low, eps_high=eps_high)
+    return ppo_clip(lp, olp, a, eps_low=eps_low, eps_high=eps_high, delta=delta)

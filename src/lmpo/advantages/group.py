@@ -10,6 +10,7 @@ SCALES = ("group", "batch", "none")
 
 
 @ADVANTAGES.register("grpo", domains={"scale": "{group, batch, none}", "eps": "[0, inf)"},
+                     peer_keys={"trl": {"scale": "scale_rewards"}},  # TRL's names are lmpo's
                      title="GRPO", source="arXiv 2402.03300",
                      summary="group-relative advantages, std-scaled per group (or batch)")
 class GRPO(Estimator):

@@ -9,7 +9,8 @@
 The rollout, reward functions, reference log-probs, optimiser and logging stay
 TRL's; lmpo replaces the two method-specific steps: the advantage (from the
 rewards TRL computed) and the per-token loss with its aggregation. TRL's
-`beta` still adds its k3 KL term. Metrics are logged through TRL's logger as
+`beta` still adds its k3 KL term, times the importance ratio when
+`use_bias_correction_kl` (TRL's default) asks. Metrics are logged through TRL's logger as
 `lmpo/<key>`. See docs/trl.md.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import torch
 from trl import GRPOTrainer
 
-from lmpo.advantages import advantage_meta, get_advantage
+from lmpo.advantages import advantage_meta, estimator_peer_hparams, get_advantage
 from lmpo.losses import (
     AGG_MODES,
     aggregate,
@@ -46,7 +47,12 @@ class LmpoGRPOTrainer(GRPOTrainer):
         if lmpo_agg not in AGG_MODES:
             raise ValueError(f"unknown lmpo_agg {lmpo_agg!r}; valid modes: {', '.join(AGG_MODES)}")
         self.lmpo_agg = lmpo_agg
-        self.lmpo_estimator = (get_advantage(lmpo_advantage, **(lmpo_advantage_hparams or {}))
+        # GRPOConfig's settings the estimator declares (grpo's scale: scale_rewards) under
+        # explicit lmpo_advantage_hparams
+        adv_hparams = (estimator_peer_hparams(lmpo_advantage, "trl",
+                                              lambda key: getattr(args_, key, None))
+                       | dict(lmpo_advantage_hparams or {})) if lmpo_advantage else {}
+        self.lmpo_estimator = (get_advantage(lmpo_advantage, **adv_hparams)
                                if lmpo_advantage else None)
         self._lmpo_wants_lengths = bool(lmpo_advantage) and \
             advantage_meta(lmpo_advantage)["wants_lengths"]
@@ -99,6 +105,16 @@ class LmpoGRPOTrainer(GRPOTrainer):
         return output
 
     # ------------------------------------------------------------ loss
+    def _importance_weights(self, logp, old, mask):
+        """TRL's coef_1, exp(logp - old) per token or of its per-sequence mean
+        (`importance_sampling_level`), differentiable: the ratio its bias-corrected KL
+        (`use_bias_correction_kl`) multiplies the k3 term by."""
+        log_ratio = logp - old
+        if getattr(self.args, "importance_sampling_level", "token") == "sequence":
+            m = mask.to(log_ratio.dtype)
+            log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0))[:, None]
+        return torch.exp(log_ratio)
+
     def _compute_loss(self, model, inputs):
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -113,7 +129,10 @@ class LmpoGRPOTrainer(GRPOTrainer):
         old = logp.detach() if old is None else old
         loss_tok, metrics = self.lmpo_loss_fn(logp, old, inputs["advantages"], mask)
         if self.beta != 0.0:
-            loss_tok = loss_tok + self.beta * kl_penalty(logp, inputs["ref_per_token_logps"], "k3")
+            kl = kl_penalty(logp, inputs["ref_per_token_logps"], "k3")
+            if getattr(self.args, "use_bias_correction_kl", False):  # TRL's default: True
+                kl = kl * self._importance_weights(logp, old, mask)
+            loss_tok = loss_tok + self.beta * kl
         mode = "train" if self.model.training else "eval"
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         if self.lmpo_agg == "token-mean" and loss_meta(self.lmpo_loss)["batch_token_mean"]:

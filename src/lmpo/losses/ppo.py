@@ -7,6 +7,10 @@ import torch
 from lmpo.losses.base import prepare, ratio_metrics
 from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
 
+# TRL's `delta` (INTELLECT-2's two-sided clip): the unclipped term's ratio capped at delta
+TWO_SIDED = {"delta": "(1, inf) | None"}
+TRL_DELTA = {"delta": ("delta",)}
+
 
 def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
     """Shares of valid tokens in PPO's two zero-gradient regions.
@@ -27,19 +31,23 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"verl": VERL_CLIP | {"clip_ratio_c": ("clip_ratio_c",)},
-                            "trl": TRL_CLIP}, domains=CLIP | DUAL_CLIP,
+                            "trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | DUAL_CLIP | TWO_SIDED,
                  title="PPO-clip (PPO, GRPO, DAPO)", source="arXiv 1707.06347",
                  summary="clipped ratio surrogate, asymmetric eps (clip-higher), optional "
-                         "dual clip")
-def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None):
+                         "dual clip or two-sided clip")
+def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio_c=None,
+             delta=None):
     """L = -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A); dual clip for A<0: min(L, -c*A).
 
     Written as verl's `vanilla` loss (max of negated terms) so both agree bitwise.
+    `delta` is TRL's two-sided clip (GRPOConfig.delta, INTELLECT-2, arXiv 2505.07291): the
+    unclipped term's ratio is min(r, delta), so a token whose ratio passed delta has no
+    gradient whatever its advantage (TRL clamps coef_1 after taking the clipped term).
     """
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
     x = prepare(logp, old_logp, adv, mask)
-    loss1 = -x.adv * x.ratio
+    loss1 = -x.adv * (x.ratio if delta is None else x.ratio.clamp(max=delta))
     loss2 = -x.adv * x.ratio.clamp(1 - eps_low, 1 + eps_high)
     loss = torch.maximum(loss1, loss2)
     metrics = ratio_metrics(x) | clip_fractions(x, eps_low, eps_high)
@@ -53,18 +61,20 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
 
 @LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP}, domains=CLIP | DUAL_CLIP, title="GSPO",
-                 source="arXiv 2507.18071",
+                 peer_keys={"verl": VERL_CLIP}, domains=CLIP | DUAL_CLIP | TWO_SIDED,
+                 title="GSPO", source="arXiv 2507.18071",
                  summary="PPO-clip on the length-normalised sequence ratio, optional dual "
                          "clip")
-def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None):
+def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c=None,
+         delta=None):
     """GSPO: PPO-clip on the sequence ratio s_i = exp(mean_t rho_{i,t}).
 
     Token form r = sg(s_i) * exp(logp - sg(logp)), so each token's gradient is
     the sequence ratio times its own score function. The log sequence ratio is
     clamped at 10 from above, as in verl. Optional dual clip (an lmpo extension: verl's
     GSPO has none), on the sequence ratio as PPO's is on the token ratio: for A < 0,
-    L = min(L, -c A).
+    L = min(L, -c A). `delta` caps the unclipped term's sequence ratio as `ppo_clip`'s
+    (TRL applies its GRPOConfig.delta at the sequence level too).
     """
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
@@ -74,7 +84,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
     seq_log_ratio = (raw * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
     log_r = x.logp - x.logp.detach() + seq_log_ratio.detach()[:, None]
     ratio = torch.exp(log_r.clamp(max=10.0))
-    loss1 = -x.adv * ratio
+    loss1 = -x.adv * (ratio if delta is None else ratio.clamp(max=delta))
     loss2 = -x.adv * ratio.clamp(1 - eps_low, 1 + eps_high)
     loss = torch.maximum(loss1, loss2)
     seq = ratio.detach()
@@ -93,36 +103,37 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
 @LOSSES.register("bnpo", default_agg="token-mean", batch_token_mean=True,
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"trl": TRL_CLIP}, domains=CLIP,
+                 peer_keys={"trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | TWO_SIDED,
                  title="BNPO (TRL's batch-normalised PPO)",
                  source="TRL GRPOTrainer loss_type bnpo",
                  summary="PPO-clip averaged over the tokens of the local batch (each "
                          "micro-batch by its own token count)")
-def bnpo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
+def bnpo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, delta=None):
     """TRL's loss_type "bnpo": PPO-clip's per-token loss (`ppo_clip`, no dual clip), averaged
     over the valid tokens of the batch it is computed on, (sum L) / (sum mask), then divided
     by the gradient-accumulation steps. It differs from "dapo" only in that normaliser (the
     local micro-batch's tokens, not the generation batch's): registry metadata
     `batch_token_mean` makes the TRL adapter use it. In lmpo's own trainer token-mean is
     already over the optimiser minibatch's tokens, so there bnpo equals ppo_clip."""
-    return ppo_clip(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
+    return ppo_clip(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, delta=delta)
 
 
 @LOSSES.register("luspo", default_agg="seq-mean-token-sum", agg_is_method=True,
                  diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"trl": TRL_CLIP}, domains=CLIP, title="LUSPO",
+                 peer_keys={"trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | TWO_SIDED,
+                 title="LUSPO",
                  source="arXiv 2602.05261",
                  summary="GSPO's sequence-ratio clip with each sequence's loss scaled by its "
                          "length (token sum, mean over sequences)")
-def luspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4):
+def luspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, delta=None):
     """LUSPO (TRL's loss_type "luspo", importance_sampling_level "sequence"): GSPO's clipped
     sequence-ratio surrogate, aggregated as the sum over each sequence's tokens and the
     mean over sequences (`seq-mean-token-sum`, the default), so that a sequence weighs by
     its length. The per-token loss is GSPO's (`gspo`, no dual clip); TRL takes the clip
     from GRPOConfig's epsilon / epsilon_high (0.2 unless set), the defaults here are
     GSPO's. TRL averages over every row, an empty one included; lmpo over rows with a token."""
-    return gspo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
+    return gspo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, delta=delta)
 
 
 @LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),

@@ -145,6 +145,10 @@ class KLConfig:
     mode: str = "loss"
     """"loss": add coef * KL as a loss term; "reward": subtract coef * k1 from token rewards
     (PPO-style, only for the actor-critic family)."""
+    bias_correction: bool = False
+    """kl.mode loss: multiply each token's KL estimate by its ratio pi / pi_old
+    (differentiable), so that samples from pi_old estimate KL(pi || ref) without bias
+    (DeepSeek-V3.2; TRL's use_bias_correction_kl, on by default there)."""
 
 
 @dataclass

@@ -107,6 +107,8 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                 -logp * m, m * batch.correct[micro, None], agg, **nll_counts)
         if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
             kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
+            if cfg.kl.bias_correction:  # samples of pi_old: weight by pi / pi_old
+                kl_tok = kl_tok * torch.exp((logp - batch.old_logp[micro]).clamp(-20, 20))
             terms["kl"] = cfg.kl.coef * aggregate(kl_tok, m, agg, **counts)
         if cfg.optim.entropy_coef:
             terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)

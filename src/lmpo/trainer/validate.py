@@ -132,6 +132,8 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
         (kl.mode == "loss" or cfg.actor_critic,
          "kl.mode=reward needs the actor-critic family (an estimator that trains a critic)"),
         (kl.coef >= 0, f"kl.coef must be >= 0, got {kl.coef}"),
+        (not kl.bias_correction or kl.mode == "loss",
+         "kl.bias_correction weights a KL loss term: it needs kl.mode=loss"),
         (isinstance(cfg.lora.r, int) and not isinstance(cfg.lora.r, bool) and cfg.lora.r >= 0
          and cfg.lora.alpha > 0 and 0 <= cfg.lora.dropout < 1,
          f"lora needs an int r >= 0, alpha > 0 and 0 <= dropout < 1, got {cfg.lora}"),
