@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from lmpo.experiments import launcher
@@ -210,3 +211,21 @@ def test_a_run_saved_by_an_earlier_lmpo_resumes_and_evaluates(tiny_policy_dir, t
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
     with pytest.raises(ConfigError, match="config key 'espo' was replaced by `controller"):
         load_config(TrainConfig, str(tmp_path / "old.yaml"))
+
+
+def test_a_key_a_newer_lmpo_added_resumes_at_its_default(tmp_path):
+    """A run saved before kl.bias_correction and loss.off_policy_mask_threshold existed
+    resumes (they default to what it ran); set to another value, they are a change."""
+    from lmpo.config import load_config, to_dict
+    from lmpo.errors import ConfigError
+    from lmpo.trainer.resume import check_resumable
+    from lmpo.trainer.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, "grpo")
+    old = to_dict(cfg)
+    del old["kl"]["bias_correction"], old["loss"]["off_policy_mask_threshold"]
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(old))
+    check_resumable(saved, cfg)
+    with pytest.raises(ConfigError, match="kl.bias_correction"):
+        check_resumable(saved, load_config(TrainConfig, "grpo", ["kl.bias_correction=true"]))

@@ -140,17 +140,13 @@ def engine_refusals(engine: str, cfg) -> list[str]:
 def config_changes(run_dir: Path, cfg) -> str:
     """'' if the run in `run_dir` ran `cfg` (up to keys a resume may change, and keys a
     newer lmpo added at their default), else the keys that differ."""
-    from lmpo.config import flatten, to_dict
-    from lmpo.trainer.resume import config_diff, effective
+    from lmpo.trainer.resume import changes_since
 
     saved = run_dir / "config.yaml"
     if not saved.exists():
         return ""
     old = yaml.safe_load(saved.read_text()) or {}
-    known, default = flatten(effective(old)), flatten(effective(to_dict(type(cfg)())))
-    new = {k: v for k, v in flatten(effective(to_dict(cfg))).items()
-           if k in known or k not in default or default[k] != v}
-    return "; ".join(x.strip() for x in config_diff(known, new))
+    return "; ".join(x.strip() for x in changes_since(old, cfg))
 
 
 def last_error(log: Path) -> str:

@@ -55,12 +55,22 @@ def config_diff(old: dict, new: dict) -> list[str]:
     return lines
 
 
+def changes_since(old: dict, cfg) -> list[str]:
+    """`config_diff` of a saved config mapping and `cfg`, except keys a newer lmpo added
+    that `cfg` leaves at their default (the saved run ran with that default's behaviour)."""
+    known = flatten(effective(old))
+    default = flatten(effective(to_dict(type(cfg)())))
+    new = {k: v for k, v in flatten(effective(to_dict(cfg))).items()
+           if k in known or k not in default or default[k] != v}
+    return config_diff(known, new)
+
+
 def check_resumable(saved: Path, cfg) -> None:
     """Raise ConfigError if `cfg` differs from the run's saved config.yaml."""
     if not saved.exists():
         return  # nothing ran yet (killed before the config was written)
     old = yaml.safe_load(saved.read_text()) or {}
-    diff = config_diff(effective(old), effective(to_dict(cfg)))
+    diff = changes_since(old, cfg)
     if diff:
         raise ConfigError(f"--resume with a config that differs from the run's ({saved}); "
                           "only steps, threads and log.* may change: "
