@@ -84,7 +84,8 @@ def test_the_demo_experiment_is_matched():
     # CE-GPPO's runs evaluate GRPO's loss on their batches, at every level
     cfg = arm_config(flat, flat.arm("cegppo@L2"), 0)
     assert cfg.log.comparators == {"grpo": {"loss": {
-        "name": "ppo_clip", "hparams": {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": None},
+        "name": "ppo_clip", "hparams": {"eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": None,
+                                        "delta": None},
         "agg": "seq-mean-token-mean"}}} and cfg.rollout.staleness == 8
     assert not arm_config(flat, flat.arm("grpo@L2"), 0).log.comparators
 

@@ -132,7 +132,10 @@ TRL_TYPES = [("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3}),
              ("dapo", "ppo_clip", {"epsilon_high": 0.28, "delta": 1.3}),
              ("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3, "delta": 1.25}),
              ("luspo", "luspo", {"importance_sampling_level": "sequence", "epsilon": 0.05,
-                                 "epsilon_high": 0.08, "delta": 1.02})]
+                                 "epsilon_high": 0.08, "delta": 1.02}),
+             # DeepSeek-V3.2's OPSM (off_policy_mask_threshold), for any loss type
+             ("dapo", "ppo_clip", {"off_policy_mask_threshold": 0.02}),
+             ("sapo", "sapo", {"off_policy_mask_threshold": 0.01})]
 
 
 @pytest.mark.parametrize("loss_type, loss, args_kw", TRL_TYPES, ids=lambda x: str(x)[:12])
@@ -254,3 +257,13 @@ def test_the_kl_term_equals_trls_with_and_without_its_bias_correction(tmp_path, 
         trainer.args.use_bias_correction_kl = False
         _, g_plain = loss_and_logp_grad(trainer, LmpoGRPOTrainer._compute_loss, inputs)
         assert (g_plain - g_ours).abs().max() > 1e-4
+
+
+def test_the_off_policy_mask_acts_on_the_compared_batch(tmp_path):
+    """The OPSM cases above compare a mask that removes tokens, not an all-ones one."""
+    trainer = make_trainer(tmp_path, lmpo_loss="ppo_clip",
+                           args_kw={"off_policy_mask_threshold": 0.02})
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    trainer._compute_loss(trainer.model, fixed_inputs(trainer))
+    assert trainer._metrics["train"]["lmpo/opsm/masked_frac"][-1] > 0.05

@@ -95,6 +95,33 @@ def test_the_kl_term_with_and_without_its_bias_correction(bias_correction):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
 
 
+def test_the_off_policy_mask_leaves_out_what_it_names():
+    """loss.off_policy_mask_threshold: the policy term's gradient equals the loss's own
+    per-token loss times OPSM's mask, written out here (float64, rtol 1e-10), and the
+    mask removes tokens on this batch."""
+    from lmpo.losses import aggregate, off_policy_sequence_mask
+    from lmpo.trainer.batch import forward_logprobs
+
+    tok = build_tokenizer()
+    policy = build_policy("nano", tok, seed=0).to(D)
+    batch = make_batch(policy, b=16, seed=3)
+    cfg = load_config(TrainConfig, None, ["loss.off_policy_mask_threshold=0.05",
+                                          "rollout.batch_size=16", "optim.micro_batch_size=4"])
+    loss_fn = get_loss("ppo_clip")
+    policy.zero_grad(set_to_none=True)
+    metrics, _ = accumulate_gradients(policy, None, loss_fn, "token-mean", batch,
+                                      torch.arange(16), cfg)
+    assert metrics["loss/opsm/masked_frac"] > 0.05
+    ours = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad(set_to_none=True)
+    logp, _ = forward_logprobs(policy, batch.ids, batch.mask, batch.resp_ids)
+    tok_loss, _ = loss_fn(logp, batch.old_logp, batch.adv, batch.resp_mask)
+    keep, _ = off_policy_sequence_mask(logp, batch.old_logp, batch.adv, batch.resp_mask, 0.05)
+    aggregate(tok_loss * keep, batch.resp_mask, "token-mean").backward()
+    for a, b in zip(ours, [p.grad for p in policy.parameters()], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+
+
 def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
     """4 minibatches, the second non-finite: 3 updates are applied and the reported loss
     metric is the mean of those 3, not a sum divided by 4."""

@@ -27,6 +27,7 @@ from lmpo.losses import (
     get_loss,
     kl_penalty,
     loss_meta,
+    off_policy_sequence_mask,
     peer_hparams,
 )
 
@@ -128,6 +129,12 @@ class LmpoGRPOTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         loss_tok, metrics = self.lmpo_loss_fn(logp, old, inputs["advantages"], mask)
+        threshold = getattr(self.args, "off_policy_mask_threshold", None)
+        if threshold is not None:  # OPSM against the sampler's log-probs, as TRL
+            sampler = inputs.get("sampling_per_token_logps", old)
+            keep, mask_metrics = off_policy_sequence_mask(logp, sampler, inputs["advantages"],
+                                                          mask, threshold)
+            loss_tok, metrics = loss_tok * keep, metrics | mask_metrics
         if self.beta != 0.0:
             kl = kl_penalty(logp, inputs["ref_per_token_logps"], "k3")
             if getattr(self.args, "use_bias_correction_kl", False):  # TRL's default: True

@@ -45,6 +45,7 @@ def grpo_args(cfg, out: Path):
         lr_scheduler_type="constant_with_warmup", weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
         use_bias_correction_kl=cfg.kl.bias_correction,  # TRL's default is True; lmpo's False
+        off_policy_mask_threshold=cfg.loss.off_policy_mask_threshold,
         logging_steps=updates, report_to="none", save_strategy="no",
         use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run
         gradient_accumulation_steps=1,

@@ -112,6 +112,11 @@ class LossConfig:
     nll_coef: float = 0.0
     """Add nll_coef x the NLL of the correct responses (aggregated as the loss is, over
     their tokens), for any loss: CE-GPPO's scripts' positive_loss_coeff (0.1 there)."""
+    off_policy_mask_threshold: float | None = None
+    """For any loss: leave out of the loss the negative-advantage tokens of a response
+    whose mean KL(pi_old || pi) exceeds this (DeepSeek-V3.2's OPSM; TRL's name;
+    lmpo.losses.masks). pi_old is the anchor rollout.old_logp names: the sampler's
+    log-probs by default. None = off."""
 
 
 @dataclass

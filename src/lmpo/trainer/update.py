@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.errors import RunError
-from lmpo.losses import aggregate, kl_penalty, value_loss
+from lmpo.losses import aggregate, kl_penalty, off_policy_sequence_mask, value_loss
 from lmpo.masked import masked_mean
 from lmpo.trainer.batch import critic_values, forward_logprobs
 
@@ -95,9 +95,7 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
             logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
                                          batch.resp_ids[micro], cfg.rollout.temperature,
                                          share_prompts=cfg.optim.shared_prefix)
-        loss_tok, loss_metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
-        if batch.is_weights is not None:  # as verl: pg_losses * rollout_is_weights
-            loss_tok = loss_tok * batch.is_weights[micro]
+        loss_tok, loss_metrics = policy_loss_tokens(loss_fn, logp, batch, micro, m, cfg)
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
         if shadows is not None:  # the run's own weights from its policy term, graph kept
             shadows.micro(logp, terms["policy"], batch, micro, m, counts, agg,
@@ -106,10 +104,8 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
             terms["nll"] = cfg.loss.nll_coef * aggregate(
                 -logp * m, m * batch.correct[micro, None], agg, **nll_counts)
         if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
-            kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
-            if cfg.kl.bias_correction:  # samples of pi_old: weight by pi / pi_old
-                kl_tok = kl_tok * torch.exp((logp - batch.old_logp[micro]).clamp(-20, 20))
-            terms["kl"] = cfg.kl.coef * aggregate(kl_tok, m, agg, **counts)
+            terms["kl"] = cfg.kl.coef * aggregate(kl_tokens(logp, batch, micro, cfg), m, agg,
+                                                  **counts)
         if cfg.optim.entropy_coef:
             terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
         if critic is not None:
@@ -130,6 +126,29 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                 combine(sums, k, x, frac)
         sums["policy/entropy_update"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
+
+
+def policy_loss_tokens(loss_fn, logp, batch: TrainBatch, micro, m, cfg):
+    """The loss's per-token loss on one micro-batch, times OPSM's mask when
+    loss.off_policy_mask_threshold is set (any loss) and the rollout correction's
+    weights (as verl: pg_losses * rollout_is_weights); with its metrics."""
+    loss_tok, metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
+    if cfg.loss.off_policy_mask_threshold is not None:
+        keep, mask_metrics = off_policy_sequence_mask(
+            logp, batch.old_logp[micro], batch.adv[micro], m, cfg.loss.off_policy_mask_threshold)
+        loss_tok, metrics = loss_tok * keep, metrics | mask_metrics
+    if batch.is_weights is not None:
+        loss_tok = loss_tok * batch.is_weights[micro]
+    return loss_tok, metrics
+
+
+def kl_tokens(logp, batch: TrainBatch, micro, cfg) -> torch.Tensor:
+    """The per-token KL estimate to the reference; with kl.bias_correction, times the
+    differentiable ratio pi / pi_old (the samples come from pi_old)."""
+    kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
+    if cfg.kl.bias_correction:
+        kl_tok = kl_tok * torch.exp((logp - batch.old_logp[micro]).clamp(-20, 20))
+    return kl_tok
 
 
 def value_term(critic, batch: TrainBatch, micro: torch.Tensor, m: torch.Tensor, counts: dict,

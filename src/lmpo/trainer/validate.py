@@ -116,6 +116,7 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
     return [
         (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
         (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
+        (o.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {o.weight_decay}"),
         (o.dtype in UPDATE_DTYPES,
          f"optim.dtype {o.dtype!r} unknown; valid: {', '.join(UPDATE_DTYPES)}"),
         (cfg.critic.lr > 0, f"critic.lr must be > 0, got {cfg.critic.lr}"),
@@ -132,6 +133,9 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
         (kl.mode == "loss" or cfg.actor_critic,
          "kl.mode=reward needs the actor-critic family (an estimator that trains a critic)"),
         (kl.coef >= 0, f"kl.coef must be >= 0, got {kl.coef}"),
+        (cfg.loss.off_policy_mask_threshold is None or cfg.loss.off_policy_mask_threshold >= 0,
+         f"loss.off_policy_mask_threshold must be >= 0 or null, got "
+         f"{cfg.loss.off_policy_mask_threshold}"),
         (not kl.bias_correction or kl.mode == "loss",
          "kl.bias_correction weights a KL loss term: it needs kl.mode=loss"),
         (isinstance(cfg.lora.r, int) and not isinstance(cfg.lora.r, bool) and cfg.lora.r >= 0
