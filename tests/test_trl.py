@@ -135,7 +135,9 @@ TRL_TYPES = [("bnpo", "bnpo", {"epsilon": 0.1, "epsilon_high": 0.3}),
                                  "epsilon_high": 0.08, "delta": 1.02}),
              # DeepSeek-V3.2's OPSM (off_policy_mask_threshold), for any loss type
              ("dapo", "ppo_clip", {"off_policy_mask_threshold": 0.02}),
-             ("sapo", "sapo", {"off_policy_mask_threshold": 0.01})]
+             ("sapo", "sapo", {"off_policy_mask_threshold": 0.01}),
+             # top_entropy_quantile ("80/20"): TRL's own per-micro-batch selection
+             ("dapo", "ppo_clip", {"top_entropy_quantile": 0.2})]
 
 
 @pytest.mark.parametrize("loss_type, loss, args_kw", TRL_TYPES, ids=lambda x: str(x)[:12])

@@ -135,6 +135,9 @@ class LmpoGRPOTrainer(GRPOTrainer):
             keep, mask_metrics = off_policy_sequence_mask(logp, sampler, inputs["advantages"],
                                                           mask, threshold)
             loss_tok, metrics = loss_tok * keep, metrics | mask_metrics
+        if self.top_entropy_quantile < 1.0:  # TRL's own selection, per micro-batch
+            keep = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+            loss_tok = loss_tok * keep
         if self.beta != 0.0:
             kl = kl_penalty(logp, inputs["ref_per_token_logps"], "k3")
             if getattr(self.args, "use_bias_correction_kl", False):  # TRL's default: True

@@ -46,6 +46,7 @@ def grpo_args(cfg, out: Path):
         max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
         use_bias_correction_kl=cfg.kl.bias_correction,  # TRL's default is True; lmpo's False
         off_policy_mask_threshold=cfg.loss.off_policy_mask_threshold,
+        top_entropy_quantile=cfg.loss.top_entropy_quantile,
         logging_steps=updates, report_to="none", save_strategy="no",
         use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run
         gradient_accumulation_steps=1,

@@ -117,6 +117,10 @@ class LossConfig:
     whose mean KL(pi_old || pi) exceeds this (DeepSeek-V3.2's OPSM; TRL's name;
     lmpo.losses.masks). pi_old is the anchor rollout.old_logp names: the sampler's
     log-probs by default. None = off."""
+    top_entropy_quantile: float = 1.0
+    """For any loss: train only on the tokens whose entropy is in the top q of the
+    minibatch's response tokens (Wang et al. 2025, "Beyond the 80/20 rule": q = 0.2; TRL's
+    name). 1.0 = every token."""
 
 
 @dataclass

@@ -88,14 +88,15 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         right = resp_mask[mb] * batch.correct[mb, None]
         nll_counts = counts | {"num_tokens": right.sum(), "num_seqs": (right.sum(-1) > 0).sum()}
     sums: dict[str, float] = defaultdict(float)
-    device = next(policy.parameters()).device
+    threshold = entropy_threshold(policy, batch, mb, resp_mask, cfg)  # None: no selection
     for micro in mb.split(cfg.optim.micro_batch_size):
         m = resp_mask[micro]
-        with autocast(cfg, device):
-            logp, ent = forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
-                                         batch.resp_ids[micro], cfg.rollout.temperature,
-                                         share_prompts=cfg.optim.shared_prefix)
+        logp, ent = micro_forward(policy, batch, micro, cfg)
         loss_tok, loss_metrics = policy_loss_tokens(loss_fn, logp, batch, micro, m, cfg)
+        if threshold is not None:  # the high-entropy tokens only (the "80/20" rule)
+            keep = (ent.detach() >= threshold) & m.bool()
+            loss_tok = loss_tok * keep
+            loss_metrics["entropy_mask/kept_frac"] = float(keep.sum()) / max(int(m.sum()), 1)
         terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
         if shadows is not None:  # the run's own weights from its policy term, graph kept
             shadows.micro(logp, terms["policy"], batch, micro, m, counts, agg,
@@ -109,7 +110,7 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
         if cfg.optim.entropy_coef:
             terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
         if critic is not None:
-            vl, v_metrics = value_term(critic, batch, micro, m, counts, cfg, device)
+            vl, v_metrics = value_term(critic, batch, micro, m, counts, cfg, logp.device)
             terms["value"] = cfg.critic.value_coef * vl
             sums["value/loss"] += float(vl.detach())
         bad = next((k for k, x in terms.items() if not torch.isfinite(x)), None)
@@ -126,6 +127,30 @@ def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
                 combine(sums, k, x, frac)
         sums["policy/entropy_update"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
+
+
+def micro_forward(policy, batch: TrainBatch, micro, cfg):
+    """(log-probs, entropies) [B, T] of micro-batch `micro` under the update's autocast."""
+    with autocast(cfg, next(policy.parameters()).device):
+        return forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
+                                batch.resp_ids[micro], cfg.rollout.temperature,
+                                share_prompts=cfg.optim.shared_prefix)
+
+
+def entropy_threshold(policy, batch: TrainBatch, mb, resp_mask, cfg):
+    """loss.top_entropy_quantile q < 1: the (1 - q) quantile of the current policy's
+    entropy over the minibatch's response tokens (a no-grad pass over its micro-batches
+    first, so that the selection does not depend on the micro-batch size); None at q = 1.
+    TRL takes the quantile over each micro-batch (gathered across processes)."""
+    q = cfg.loss.top_entropy_quantile
+    if q >= 1.0:
+        return None
+    ents = []
+    with torch.no_grad():
+        for micro in mb.split(cfg.optim.micro_batch_size):
+            ents.append(micro_forward(policy, batch, micro, cfg)[1][resp_mask[micro] > 0])
+    ents = torch.cat(ents)
+    return torch.quantile(ents, 1.0 - q) if ents.numel() else None
 
 
 def policy_loss_tokens(loss_fn, logp, batch: TrainBatch, micro, m, cfg):

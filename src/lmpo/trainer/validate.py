@@ -117,6 +117,8 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
         (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
         (o.grad_clip > 0, f"optim.grad_clip must be > 0, got {o.grad_clip}"),
         (o.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {o.weight_decay}"),
+        (0 < cfg.loss.top_entropy_quantile <= 1,
+         f"loss.top_entropy_quantile must be in (0, 1], got {cfg.loss.top_entropy_quantile}"),
         (o.dtype in UPDATE_DTYPES,
          f"optim.dtype {o.dtype!r} unknown; valid: {', '.join(UPDATE_DTYPES)}"),
         (cfg.critic.lr > 0, f"critic.lr must be > 0, got {cfg.critic.lr}"),
