@@ -131,6 +131,43 @@ def test_rejection_masks_match_the_float64_reference(mode, hp):
     assert got.weights is None and torch.equal(got.mask, want)
 
 
+def ref_m2po(lr, mask, threshold):
+    """AReaL's M2PO mask written out: drop the largest squared log-ratios one at a time
+    until the mean of the rest is below the threshold (keep at least one)."""
+    tokens = sorted(((x * x, i, j) for i, (row, mrow) in enumerate(zip(lr, mask, strict=True))
+                     for j, (x, m) in enumerate(zip(row, mrow, strict=True)) if m),
+                    reverse=True)
+    dropped = set()
+    while len(tokens) - len(dropped) > 1:
+        rest = [t[0] for t in tokens[len(dropped):]]
+        if sum(rest) / len(rest) < threshold:
+            break
+        dropped.add(tokens[len(dropped)][1:])
+    return [[float(m and (i, j) not in dropped) for j, m in enumerate(mrow)]
+            for i, mrow in enumerate(mask)]
+
+
+@pytest.mark.parametrize("threshold", [0.04, 0.01, 1e-6, 10.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_m2po_masks_as_areal_does(threshold, seed):
+    lr, mask = batch(seed)
+    got = get_correction("m2po", threshold=threshold)(lr, mask)
+    want = torch.tensor(ref_m2po(lr.tolist(), mask.tolist(), threshold), dtype=torch.float64)
+    assert got.weights is None and torch.equal(got.mask, want)
+    kept = got.mask.bool()
+    if kept.sum() > 1 and threshold < 10.0:
+        assert float(lr[kept].square().mean()) < threshold
+
+
+def test_m2po_by_hand():
+    lr = torch.tensor([[0.5, 0.1, 0.0], [0.3, 0.0, 0.2]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+    # m2: 0.25, 0.01, 0, 0.09, 0 -> drop 0.25 (rest mean 0.025 >= 0.02), drop 0.09 (0.0033)
+    got = get_correction("m2po", threshold=0.02)(lr, mask)
+    assert got.mask.tolist() == [[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]]
+    assert got.metrics["rollout_corr/masked_frac"] == pytest.approx(2 / 5)
+
+
 @pytest.mark.parametrize("kind", list_corrections())
 def test_nothing_changes_when_rollout_and_update_agree(kind):
     _, mask = batch(0)

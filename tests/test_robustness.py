@@ -241,7 +241,7 @@ def bad_inputs(tmp_path, policy) -> list[tuple[list[str], str]]:
         ([*run, "rollout.dtype=fp4"], "rollout.dtype 'fp4' unknown; valid: float32, "
                                       "bfloat16, float16, fp8_e4m3"),
         ([*run, "rollout.correction.kind=tiss"], "unknown rollout.correction.kind 'tiss' "
-                                                 "(did you mean 'tis'?); valid: icepop, mis"),
+                                                 "(did you mean 'tis'?); valid: icepop, m2po, mis"),
         ([*run, "rollout.staleness=-1"], "rollout.staleness must be >= 0, got -1"),
         ([*run, "reward.model=builtin", "reward.scale=pm1"], "not a reward model's"),
         ([*run, "rollout.correction={kind: icepop, hparams: {lower: -1}}"],

@@ -32,8 +32,8 @@ def topr(logp, old_logp, adv, mask, *, positive_weight=1.0, negative_weight=1.0)
     rewards with a group-mean baseline (A = 0 tokens carry no loss either way); with GAE or
     graded rewards they can differ. ROLL's TOPR recipe aggregates seq-mean-token-sum (this
     loss's default aggregation; its preset, like every preset of a method whose
-    aggregation is not the method, takes the testbed's). Diagnostic: the share of negative tokens whose ratio the taper cuts
-    (r > 1)."""
+    aggregation is not the method, takes the testbed's). Diagnostic: the share of negative
+    tokens whose ratio the taper cuts (r > 1)."""
     x = prepare(logp, old_logp, adv, mask)
     positive = x.adv > 0
     taper = x.ratio.clamp(0.0, 1.0).detach()

@@ -25,6 +25,7 @@ itself in tests/test_verl.py):
 | mis | r where r <= upper (and >= lower), else 0; per token or sequence | TRL `*_mask` |
 | seq_mask_tis | r_t * 1[lower <= exp(mean_t log r_t) <= upper] | OpenRLHF `seq-mask-tis` |
 | rs_<mode> | none: a rejection mask (verl's `rollout_rs` mode) | verl `rollout_rs` |
+| m2po | none: masks the largest squared log-ratios (rest's mean < threshold) | AReaL |
 
 r_t = exp(clamp(log_ratio_t, -20, 20)) (verl's safety bound, applied to every kind).
 """
@@ -171,6 +172,31 @@ def seq_mask_tis(log_ratio, mask, *, lower: float = 0.5, upper: float = 5.0) -> 
     keep = ((geo >= lower) & (geo <= upper)).to(log_ratio.dtype)
     w = keep[:, None] * torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask
     return _finish(w, mask)
+
+
+@CORRECTIONS.register("m2po", domains={"threshold": "(0, inf)"}, title="M2PO",
+                      source="AReaL actor.m2_threshold (areal/trainer/ppo/actor.py; 0.04 in "
+                             "its examples/math/gsm8k_m2po.yaml)",
+                      summary="masks the tokens with the largest squared log-ratio until "
+                              "the rest's mean second moment is below the threshold")
+def m2po(log_ratio, mask, *, threshold: float = 0.04) -> Correction:
+    """Second-moment trust region over the batch's response tokens (AReaL's
+    `_apply_m2po_masking`): sort m2 = log_ratio^2 descending and mask the fewest largest
+    tokens after which the mean of the rest is below `threshold` (all but one if none
+    is). The batch's tokens are ranked together here (the correction runs once per
+    batch: micro-batch invariant); AReaL ranks each micro-batch of its loss call."""
+    valid = mask > 0
+    m2 = log_ratio.square()[valid]
+    keep_flat = torch.ones_like(m2, dtype=torch.bool)
+    if m2.numel():
+        ordered, order = torch.sort(m2, descending=True)
+        counts = torch.arange(m2.numel(), 0, -1, dtype=m2.dtype, device=m2.device)
+        below = torch.where(ordered.flip(0).cumsum(0).flip(0) / counts < threshold)[0]
+        n_masked = int(below[0]) if below.numel() else m2.numel() - 1
+        keep_flat[order[:n_masked]] = False
+    keep = torch.zeros_like(valid)
+    keep[valid] = keep_flat
+    return _finish(None, mask, mask * keep.to(mask.dtype))
 
 
 # ---------------------------------------------------------------- verl's rejection modes
