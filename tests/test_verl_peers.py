@@ -214,3 +214,27 @@ def test_each_plugin_loss_equals_verls_own_in_every_mode(name, mode):
     (ours, ga), (theirs, gb) = plugin_and_verl(name, cfg, mode, 2, True)
     torch.testing.assert_close(ours, theirs, rtol=2e-8, atol=1e-14)
     torch.testing.assert_close(ga, gb, rtol=2e-8, atol=1e-14)
+
+
+@pytest.mark.parametrize("threshold", [2.0, 1.5])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
+def test_verls_bypass_reinforce_with_token_is_is_cispo_on_rollout_log_probs(threshold, mode):
+    """verl's bypass_mode (the rollout policy as pi_old) with loss_type reinforce and
+    token-level IS truncated at `threshold`: -sg(min(r, threshold)) A log pi, which is lmpo's
+    cispo with eps_low 1 (no lower bound) and eps_high threshold - 1, its old_logp the
+    rollout's (rollout.old_logp: rollout, lmpo's default). Values and gradients, float64."""
+    from verl.trainer.config import RolloutCorrectionConfig
+
+    logp, old, adv, mask, _ = wide_batch(3)
+    corr = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=threshold,
+                                   bypass_mode=True, loss_type="reinforce")
+    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="bypass_mode",
+                                                    rollout_correction=corr))
+    lp_a = logp.clone().requires_grad_(True)
+    theirs = core_algos.get_policy_loss_fn("bypass_mode")(old, lp_a, adv, mask, mode, cfg)[0]
+    lp_b = logp.clone().requires_grad_(True)
+    tok, _ = get_loss("cispo", eps_low=1.0, eps_high=threshold - 1.0)(lp_b, old, adv, mask)
+    ours = aggregate(tok, mask, mode)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(torch.autograd.grad(ours, lp_b)[0],
+                               torch.autograd.grad(theirs, lp_a)[0], rtol=1e-12, atol=1e-14)
