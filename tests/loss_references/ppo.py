@@ -82,3 +82,11 @@ def luspo_rows(lps, olps, advs, mask, *, eps_low=3e-4, eps_high=4e-4, delta=None
 def bnpo(lp, olp, a, *, eps_low=0.2, eps_high=0.2, delta=None):
     """BNPO's per-token loss is PPO-clip's (it differs in TRL's normaliser)."""
     return ppo_clip(lp, olp, a, eps_low=eps_low, eps_high=eps_high, delta=delta)
+
+
+@reference("rollout_is", cases=[{}, {"eps_low": 0.5, "eps_high": 1.0}])
+def rollout_is(lp, olp, a, *, eps_low=0.2, eps_high=0.2):
+    """SkyRL's rollout_is_policy_loss (GLM-5): IcePop's band with a stop-gradient weight."""
+    r = ratio(lp, olp)
+    w = r if 1 - eps_low < r < 1 + eps_high else 0.0
+    return -w * a * lp, -w * a

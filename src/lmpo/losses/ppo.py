@@ -159,3 +159,22 @@ def reinforce(logp, old_logp, adv, mask):
     """Vanilla policy gradient L = -A * logp (assumes on-policy samples; no ratio)."""
     x = prepare(logp, old_logp, adv, mask)
     return x.zero_off_mask(-x.adv * x.logp), ratio_metrics(x)
+
+
+@LOSSES.register("rollout_is", default_agg="token-mean", diagnostics=("loss/clipfrac",),
+                 engagement="loss/clipfrac", domains=CLIP,
+                 title="rollout IS (GLM-5's agentic loss)",
+                 source="arXiv 2602.15763 sec. 4.1.2; SkyRL policy_loss_type rollout_is",
+                 summary="REINFORCE weighted by the stop-gradient ratio to the sampler, zero "
+                         "outside (1 - eps_low, 1 + eps_high): CISPO with IcePop's hard zero")
+def rollout_is(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
+    """L = -sg(r * 1[1 - eps_low < r < 1 + eps_high]) * A * logp (SkyRL's
+    `rollout_is_policy_loss`, its eps_clip_low / eps_clip_high 0.2 / 0.2). The ratio is to
+    the sampler's log-probs: lmpo's old_logp under rollout.old_logp: rollout (the default).
+    SkyRL exponentiates the clamped log-ratio in float32; here in the input's dtype.
+    Diagnostic: the share of tokens outside the band (weight 0)."""
+    x = prepare(logp, old_logp, adv, mask)
+    inside = (x.ratio > 1 - eps_low) & (x.ratio < 1 + eps_high)
+    weight = torch.where(inside, x.ratio, torch.zeros_like(x.ratio)).detach()
+    loss = -weight * x.adv * x.logp
+    return x.zero_off_mask(loss), ratio_metrics(x) | x.shares("clipfrac", (~inside).to(loss.dtype))
