@@ -11,15 +11,16 @@ unexport PYTHONDONTWRITEBYTECODE
 # verl and TRL pin transformers ranges that exclude each other: one venv each.
 VERL_VENV := .venv-verl
 TRL_VENV := .venv-trl
+SKYRL_VENV := .venv-skyrl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
 .PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
-	bench-trl clean gpu-wheels
+	bench-trl clean gpu-wheels test-skyrl
 
 help:
 	@echo "make demo       install into .venv, then GRPO vs CE-GPPO across rollout staleness (~5 min)"
-	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, the wheel (~30 min)"
+	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, SkyRL, the wheel (~30 min)"
 	@echo "make test-fast  lint and the tests that train nothing beyond a few tiny steps (~5 min)"
 	@echo "make test-core  lint and the whole core suite in .venv"
 	@echo "make real-demo  GRPO on SmolLM2-135M-Instruct, 1-digit sums"
@@ -60,7 +61,7 @@ define run_pytest
 	exit $$rc
 endef
 
-test: test-core test-verl test-trl test-wheel
+test: test-core test-verl test-trl test-skyrl test-wheel
 
 test-core: lint
 	$(call run_pytest,$(PY),)
@@ -77,11 +78,19 @@ $(TRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	.ci/install-env $(TRL_VENV) -e '.[dev,trl]'
 	touch $@
 
+$(SKYRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
+	.ci/install-env $(SKYRL_VENV) -e '.[dev,skyrl]'
+	$(SKYRL_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python skyrl-train==0.3.1
+	touch $@
+
 test-verl: $(VERL_VENV)/.installed-stamp
 	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py)
 
 test-trl: $(TRL_VENV)/.installed-stamp
 	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py tests/test_engine_envs.py)
+
+test-skyrl: $(SKYRL_VENV)/.installed-stamp
+	$(call run_pytest,$(SKYRL_VENV)/bin/python,tests/test_skyrl.py)
 
 # The wheel alone (torch and numpy, no extras) in a fresh environment: what it requires,
 # that nothing else is installed, then every loss, estimator and correction against its
@@ -139,5 +148,5 @@ bench-trl: $(TRL_VENV)/.installed-stamp
 	$(TRL_VENV)/bin/python benchmarks/rm_vs_trl.py --epochs 2 --rounds 2
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(WHEEL_VENV) $(MIN_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(SKYRL_VENV) $(WHEEL_VENV) $(MIN_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
 		.ruff_cache .cache

@@ -54,7 +54,7 @@ def test_a_loss_has_what_the_readme_and_the_adapters_read(name):
     assert meta["default_agg"] in AGG_MODES
     hparams = loss_hparams(name)
     for peer, keys in meta["peer_keys"].items():
-        assert peer in ("verl", "trl") and set(keys) <= set(hparams), (peer, keys)
+        assert peer in ("verl", "trl", "skyrl") and set(keys) <= set(hparams), (peer, keys)
 
 
 def test_peer_settings_reach_a_loss_that_declares_them(monkeypatch):

@@ -9,7 +9,7 @@ import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
 from lmpo.losses.ppo import clip_fractions
-from lmpo.losses.registry import CLIP, LOSSES, VERL_CLIP
+from lmpo.losses.registry import CLIP, LOSSES, SKYRL_CLIP, VERL_CLIP
 
 VERL_EPS = 1e-8  # verl's masked_mean: sum / (count + 1e-8); kept so selections match
 
@@ -25,7 +25,10 @@ def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
                  engagement="loss/cov/selected_frac",
                  peer_keys={"verl": VERL_CLIP | {"clip_cov_ratio": "policy_loss.clip_cov_ratio",
                                                  "clip_cov_lb": "policy_loss.clip_cov_lb",
-                                                 "clip_cov_ub": "policy_loss.clip_cov_ub"}},
+                                                 "clip_cov_ub": "policy_loss.clip_cov_ub"},
+                            "skyrl": SKYRL_CLIP | {"clip_cov_ratio": "clip_cov.clip_ratio",
+                                                   "clip_cov_lb": "clip_cov.clip_cov_lb",
+                                                   "clip_cov_ub": "clip_cov.clip_cov_ub"}},
                  domains=CLIP | {"clip_cov_ratio": "(0, 1]", "clip_cov_lb": "real",
                                  "clip_cov_ub": "real"},
                  title="Clip-Cov", source="arXiv 2505.22617",
@@ -67,7 +70,9 @@ def clip_cov(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_cov_r
                  acts={"metric": "loss/cov/selected_frac", "above": 0.0},
                  engagement="loss/cov/selected_frac", acts_without_advantage=True,
                  peer_keys={"verl": {"kl_cov_ratio": "policy_loss.kl_cov_ratio",
-                                     "ppo_kl_coef": "policy_loss.ppo_kl_coef"}},
+                                     "ppo_kl_coef": "policy_loss.ppo_kl_coef"},
+                            "skyrl": {"kl_cov_ratio": "kl_cov.kl_cov_frac",
+                                      "ppo_kl_coef": "kl_cov.ppo_kl_coef"}},
                  domains={"kl_cov_ratio": "(0, 1]", "ppo_kl_coef": "[0, inf)"},
                  title="KL-Cov", source="arXiv 2505.22617",
                  summary="unclipped -A r plus a penalty on abs(log-ratio) on the top-k tokens by "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
-from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
+from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, SKYRL_CLIP, TRL_CLIP, VERL_CLIP
 
 # TRL's `delta` (INTELLECT-2's two-sided clip): the unclipped term's ratio capped at delta
 TWO_SIDED = {"delta": "(1, inf) | None"}
@@ -31,7 +31,8 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"verl": VERL_CLIP | {"clip_ratio_c": ("clip_ratio_c",)},
-                            "trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | DUAL_CLIP | TWO_SIDED,
+                            "trl": TRL_CLIP | TRL_DELTA, "skyrl": SKYRL_CLIP},
+                 domains=CLIP | DUAL_CLIP | TWO_SIDED,
                  title="PPO-clip (PPO, GRPO, DAPO)", source="arXiv 1707.06347",
                  summary="clipped ratio surrogate, asymmetric eps (clip-higher), optional "
                          "dual clip or two-sided clip")
@@ -61,7 +62,8 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
 
 @LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
-                 peer_keys={"verl": VERL_CLIP}, domains=CLIP | DUAL_CLIP | TWO_SIDED,
+                 peer_keys={"verl": VERL_CLIP, "skyrl": SKYRL_CLIP},
+                 domains=CLIP | DUAL_CLIP | TWO_SIDED,
                  title="GSPO", source="arXiv 2507.18071",
                  summary="PPO-clip on the length-normalised sequence ratio, optional dual "
                          "clip")
@@ -137,7 +139,11 @@ def luspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, delta=None)
 
 
 @LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),
-                 peer_keys={"verl": VERL_CLIP}, domains=CLIP, title="CISPO",
+                 peer_keys={"verl": VERL_CLIP,
+                            "skyrl": {"eps_low": "cispo.cispo_eps_clip_low",
+                                      "eps_high": "cispo.cispo_eps_clip_high"}},
+                 # eps_low 0: weights no lower than 1 (SkyRL's default cispo_eps_clip_low)
+                 domains={"eps_low": "[0, 1]", "eps_high": "(0, inf)"}, title="CISPO",
                  source="arXiv 2506.13585",
                  summary="REINFORCE weighted by a clipped, stop-gradient ratio; no token "
                          "dropped")

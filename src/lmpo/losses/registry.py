@@ -18,7 +18,8 @@ docs and adapters so that none of them names a loss:
   default to `adv_abs_mean`, controllers to `rollout_tokens` and `update_share`).
 - `post_update`: post-update diagnostics (`lmpo.losses.diagnostics`) the trainer runs on
   diagnostic steps, each with {diagnostic parameter: this loss's hyper-parameter}.
-- `peer_keys`: {"verl" | "trl": {hyper-parameter: (peer config key, fallback, ...)}}: the
+- `peer_keys`: {"verl" | "trl" | "skyrl": {hyper-parameter: (peer config key, fallback,
+  ...)}}: the
   peer's settings that feed a hyper-parameter the user did not set explicitly.
 - `peer_agg`: {"verl": mode}: the aggregation the peer's own function hard-codes whatever
   its aggregation setting says (verl's sapo: seq-mean-token-mean; its geo_mean: "row-mean",
@@ -55,5 +56,7 @@ DUAL_CLIP = {"clip_ratio_c": "(1, inf) | None"}  # None: dual clip off
 # verl reads the same clip knobs for every ratio loss (a single clip_ratio as fallback)
 VERL_CLIP = {"eps_low": ("clip_ratio_low", "clip_ratio"),
              "eps_high": ("clip_ratio_high", "clip_ratio")}
+# SkyRL's trainer.algorithm clip knobs (skyrl-train 0.3.1)
+SKYRL_CLIP = {"eps_low": "eps_clip_low", "eps_high": "eps_clip_high"}
 # TRL's GRPOConfig: epsilon, and epsilon_high (None = epsilon) for a PPO-style clip
 TRL_CLIP = {"eps_low": ("epsilon",), "eps_high": ("epsilon_high", "epsilon")}

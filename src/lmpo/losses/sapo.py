@@ -20,6 +20,7 @@ TAUS = {"tau_pos": "[0.01, inf)", "tau_neg": "[0.01, inf)"}
                  engagement="loss/sapo/damped_frac",
                  clipfrac="sapo/damped_frac",  # what the verl adapter reports as pg_clipfrac
                  peer_keys={"verl": {"tau_pos": "tau_pos", "tau_neg": "tau_neg"},
+                            "skyrl": {"tau_pos": "sapo.tau_pos", "tau_neg": "sapo.tau_neg"},
                             "trl": {"tau_pos": "sapo_temperature_pos",
                                     "tau_neg": "sapo_temperature_neg"}},
                  domains=TAUS, title="SAPO", source="arXiv 2511.20347",
