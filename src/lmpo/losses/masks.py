@@ -4,7 +4,7 @@
 report's Eq. 9), TRL's `off_policy_mask_threshold` and slime's `--use-opsm`: a response
 whose tokens moved, on average, more than `threshold` in KL(pi_sampler || pi) is left out
 of the loss where its advantage is negative (it would push down what the current policy
-no longer samples); positive-advantage tokens always stay.
+no longer samples); tokens with A >= 0 always stay.
 """
 
 from __future__ import annotations
