@@ -131,7 +131,9 @@ def test_every_clipped_loss_offers_a_dual_clip():
     # the engines' clipped losses keep their peer's form (no dual clip): TRL's bnpo and
     # luspo, verl's clip_cov and geo_mean (GMPO clips in log space)
     peers = {"bnpo", "luspo", "clip_cov", "geo_mean"}
-    clipped = {n for n in list_losses() if "eps_low" in loss_hparams(n)} - {"cispo"} - peers
+    # rollout_is (GLM-5) weights by a stop-gradient ratio as CISPO does, zero outside its band
+    clipped = {n for n in list_losses() if "eps_low" in loss_hparams(n)} - {"cispo", "rollout_is"} \
+        - peers
     assert clipped == {"ppo_clip", "cegppo", "gspo"}
     for name in clipped:
         assert loss_hparams(name)["clip_ratio_c"] is None
