@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from lmpo.advantages import group_estimators
-from lmpo.integrations.verl import _get, _get_path, make_adv_estimator
+from lmpo.integrations.settings import setting, setting_path
+from lmpo.integrations.verl import make_adv_estimator
 from lmpo.losses import get_loss, list_losses, loss_meta, peer_hparams
 
 PREFIX = "lmpo_"
@@ -28,8 +29,8 @@ PREFIX = "lmpo_"
 
 def resolve_hparams(name: str, config) -> dict:
     """`algorithm.lmpo_hparams` over the SkyRL settings loss `name` declares."""
-    explicit = dict(_get(config, "lmpo_hparams", None) or {})
-    return peer_hparams(name, "skyrl", lambda key: _get_path(config, key)) | explicit
+    explicit = dict(setting(config, "lmpo_hparams", None) or {})
+    return peer_hparams(name, "skyrl", lambda key: setting_path(config, key)) | explicit
 
 
 def make_policy_loss(name: str):
@@ -43,12 +44,12 @@ def make_policy_loss(name: str):
         mask = torch.ones_like(log_probs) if loss_mask is None else loss_mask
         fn = get_loss(name, **resolve_hparams(name, config))
         loss_tok, metrics = fn(log_probs, old_log_probs, advantages, mask)
-        if _get(config, "use_tis", False):  # as SkyRL's ppo_policy_loss
+        if setting(config, "use_tis", False):  # as SkyRL's ppo_policy_loss
             log_w = (old_log_probs - rollout_logprobs).to(torch.float32).clamp(-20.0, 20.0)
             loss_tok = loss_tok * log_w.exp().to(log_probs.dtype).clamp(
-                max=_get(config, "tis_imp_ratio_cap"))
-        loss = reduce_loss(loss_tok, mask, _get(config, "loss_reduction"),
-                           _get(config, "max_seq_len"))
+                max=setting(config, "tis_imp_ratio_cap"))
+        loss = reduce_loss(loss_tok, mask, setting(config, "loss_reduction"),
+                           setting(config, "max_seq_len"))
         return loss, float(metrics.get(clipfrac, 0.0))
 
     policy_loss.__name__ = f"{PREFIX}{name}"

@@ -24,6 +24,7 @@ from lmpo.advantages import (
     get_advantage,
     group_estimators,
 )
+from lmpo.integrations.settings import setting, setting_path
 from lmpo.losses import get_loss, list_losses, loss_meta, peer_hparams
 
 PREFIX = "lmpo_"
@@ -31,29 +32,14 @@ PREFIX = "lmpo_"
 _ESTIMATORS: dict[str, Any] = {}  # driver-process state (EBPO's Welford accumulators)
 
 
-def _get(config, key, default=None):
-    if config is None:
-        return default
-    if isinstance(config, dict):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def _get_path(config, dotted: str):
-    """`config.a.b` for "a.b" (None wherever a link is missing)."""
-    for key in dotted.split("."):
-        config = _get(config, key)
-    return config
-
-
 def resolve_hparams(name: str, config) -> dict:
     """lmpo hyper-parameters for `name` from a verl actor config: `policy_loss.hparams`,
     over the verl settings the loss declares for them (`peer_keys["verl"]`, dotted paths
     in the actor config: e.g. the clip knobs clip_ratio_low/high, which mean the same in
     both libraries, or Clip-Cov's policy_loss.clip_cov_ratio)."""
-    policy_loss = _get(config, "policy_loss")
-    explicit = dict(_get(policy_loss, "hparams", None) or {})
-    return peer_hparams(name, "verl", lambda key: _get_path(config, key)) | explicit
+    policy_loss = setting(config, "policy_loss")
+    explicit = dict(setting(policy_loss, "hparams", None) or {})
+    return peer_hparams(name, "verl", lambda key: setting_path(config, key)) | explicit
 
 
 def make_policy_loss(name: str):
@@ -73,7 +59,7 @@ def make_policy_loss(name: str):
         else:
             if rollout_is_weights is not None:
                 loss_tok = loss_tok * rollout_is_weights
-            batch_info = dict(_get(config, "global_batch_info", None) or {})
+            batch_info = dict(setting(config, "global_batch_info", None) or {})
             loss = agg_loss(loss_mat=loss_tok, loss_mask=response_mask,
                             loss_agg_mode=fixed_agg or loss_agg_mode, **batch_info)
         out = {f"actor/lmpo/{k}": v for k, v in metrics.items()}
@@ -114,7 +100,7 @@ def make_adv_estimator(name: str):
                       index: np.ndarray, epsilon: float = 1e-6, config=None, **kwargs):
         scores = token_level_rewards.sum(dim=-1)
         _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
-        hparams = estimator_peer_hparams(name, "verl", lambda key: _get(config, key))
+        hparams = estimator_peer_hparams(name, "verl", lambda key: setting(config, key))
         est = estimator_instance(name, hparams)
         extra = {"lengths": response_mask.sum(-1)} if advantage_meta(name)["wants_lengths"] \
             else {}

@@ -28,6 +28,18 @@ def _truncated_pg(x: LossInputs, keep: torch.Tensor, clip_ratio_c: float):
     return x.zero_off_mask(loss), metrics
 
 
+# verl reads DPPO's thresholds from its clip knobs (clip_ratio as the fallback)
+DPPO_VERL = {"delta_low": ("clip_ratio_low", "clip_ratio"),
+             "delta_high": ("clip_ratio_high", "clip_ratio"), "clip_ratio_c": ("clip_ratio_c",)}
+
+
+def tv_dropped(x: LossInputs, delta_low: float, delta_high: float) -> torch.Tensor:
+    """DPPO's binary-TV mask: True where the token moved with its advantage past the
+    threshold, p - q > delta_high for A > 0 or p - q < -delta_low for A <= 0."""
+    p, q = _probs(x)
+    return torch.where(x.adv > 0, (p - q) > delta_high, (p - q) < -delta_low)
+
+
 def _probs(x: LossInputs):
     return torch.exp(x.logp.detach()), torch.exp(x.old_logp)
 
@@ -40,26 +52,19 @@ DPPO_META = {"diagnostics": ("loss/dppo/masked_frac",), "clipfrac": "dppo/masked
 @LOSSES.register("dppo_tv", default_agg="token-mean", **DPPO_META,
                  domains={"delta_low": "(0, 1]", "delta_high": "(0, 1]",
                           "clip_ratio_c": "(1, inf)"},
-                 peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
-                                     "delta_high": ("clip_ratio_high", "clip_ratio"),
-                                     "clip_ratio_c": ("clip_ratio_c",)}},
-                 title="DPPO (binary TV)",
+                 peer_keys={"verl": DPPO_VERL}, title="DPPO (binary TV)",
                  summary="hard mask on the sampled token's probability change (TV)")
 def dppo_tv(logp, old_logp, adv, mask, *, delta_low=0.15, delta_high=0.15, clip_ratio_c=3.0):
     """DPPO binary-TV: drop a token if A > 0 and p - q > delta_high, or A <= 0 and
     p - q < -delta_low; keep -A * sg(min(r, c)) * logp on the rest (as verl's dppo_tv)."""
     x = prepare(logp, old_logp, adv, mask)
-    p, q = _probs(x)
-    keep = torch.where(x.adv > 0, (p - q) <= delta_high, (p - q) >= -delta_low)
-    return _truncated_pg(x, keep, clip_ratio_c)
+    return _truncated_pg(x, ~tv_dropped(x, delta_low, delta_high), clip_ratio_c)
 
 
 @LOSSES.register("dppo_kl", default_agg="token-mean", **DPPO_META, title="DPPO (binary KL)",
                  domains={"delta": "(0, inf)", "clip_ratio_c": "(1, inf)",
                           "delta_low": "(0, inf) | None", "delta_high": "(0, inf) | None"},
-                 peer_keys={"verl": {"delta_low": ("clip_ratio_low", "clip_ratio"),
-                                     "delta_high": ("clip_ratio_high", "clip_ratio"),
-                                     "clip_ratio_c": ("clip_ratio_c",)}},
+                 peer_keys={"verl": DPPO_VERL},
                  summary="hard mask on the sampled token's probability change (binary KL)")
 def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0, delta_low=None,
             delta_high=None):

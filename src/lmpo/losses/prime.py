@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from lmpo.losses.base import prepare, ratio_metrics
+from lmpo.losses.divergence import tv_dropped
 from lmpo.losses.registry import LOSSES
 
 SOURCE = "prime-rl trainer/rl/loss.py; arXiv 2602.04879 (DPPO), 2602.02276 (Kimi K2.5)"
@@ -44,9 +45,7 @@ def dppo_tv_kl(logp, old_logp, adv, mask, *, delta_low=0.2, delta_high=0.2, adv_
     its defaults): a token is dropped from the policy term if A > 0 and p - q > delta_high,
     or A <= 0 and p - q < -delta_low (p = exp(logp), q = exp(old_logp))."""
     x = prepare(logp, old_logp, adv, mask)
-    diff = torch.exp(x.logp.detach()) - torch.exp(x.old_logp)
-    dropped = torch.where(x.adv > 0, diff > delta_high, diff < -delta_low)
-    return _masked_pg_with_kl(x, dropped, adv_tau, kl_tau)
+    return _masked_pg_with_kl(x, tv_dropped(x, delta_low, delta_high), adv_tau, kl_tau)
 
 
 @LOSSES.register("ipo", default_agg="token-mean", acts_without_advantage=True,
