@@ -33,6 +33,25 @@ def random_layout(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return scores, gid, lengths
 
 
+def extra_inputs(name: str, scores: torch.Tensor, gid: torch.Tensor, seed: int) -> dict:
+    """What the estimator's metadata asks for beyond scores: lengths; per-function parts
+    (three functions: the scores, a binary one, a continuous one absent on a fifth of the
+    samples) and weights (one negative); each group's greedy baseline score."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    meta, out = advantage_meta(name), {}
+    if meta["wants_lengths"]:
+        out["lengths"] = random_layout(seed)[2]
+    if meta["wants_parts"]:
+        binary = torch.randint(0, 2, scores.shape, generator=g).to(D)
+        cont = torch.randn(scores.shape, generator=g, dtype=D) * 3
+        cont[torch.rand(scores.shape, generator=g) < 0.2] = torch.nan
+        out["parts"] = torch.stack([scores, binary, cont], dim=1)
+        out["weights"] = torch.tensor([1.0, 0.5, -0.25], dtype=D)
+    if meta["wants_baselines"]:
+        out["baselines"] = torch.rand(6, generator=g, dtype=D)[gid]
+    return out
+
+
 def case_id(x) -> str:
     return ",".join(f"{k}={v}" for k, v in x.items()) or "defaults" if isinstance(x, dict) \
         else str(x)
@@ -41,9 +60,9 @@ def case_id(x) -> str:
 @pytest.mark.parametrize("name,case", CASES, ids=case_id)
 @pytest.mark.parametrize("seed", range(4))
 def test_the_estimator_equals_its_reference(name, case, seed):
-    scores, gid, lengths = random_layout(seed)
-    extra = {"lengths": lengths} if advantage_meta(name)["wants_lengths"] else {}
+    scores, gid, _ = random_layout(seed)
+    extra = extra_inputs(name, scores, gid, seed)
     adv, _ = get_advantage(name, **case)(scores, gid, **extra)
     want = REFERENCES[name].fn(scores.tolist(), gid.tolist(),
-                               **({"lengths": lengths.tolist()} if extra else {}), **case)
+                               **{k: v.tolist() for k, v in extra.items()}, **case)
     torch.testing.assert_close(adv, torch.tensor(want, dtype=D), rtol=1e-9, atol=1e-12)

@@ -84,6 +84,8 @@ def test_random_layouts_and_constant_scores_are_nan_free(data, name):
     sizes = torch.unique(gid, return_counts=True)[1]
     extra = {"lengths": (torch.arange(len(scores)) % 5 + 1).to(D)} \
         if advantage_meta(name)["wants_lengths"] else {}
+    if advantage_meta(name)["wants_baselines"]:  # another sample's score: constant if they are
+        extra["baselines"] = torch.roll(scores, 1)
     if name == "grpo_passk" and bool((sizes < 2).any()):
         with pytest.raises(ValueError, match="at least 2 responses per group"):
             get_advantage(name)(scores, gid)

@@ -22,8 +22,12 @@ def has_answer(completions, **kwargs):
     return [float("#" in c) for c in completions]
 
 
+def length_share(completions, **kwargs):
+    return [len(c) / 8 for c in completions]
+
+
 def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, args_kw=None,
-                 **kw):
+                 reward_funcs=has_answer, **kw):
     tok = build_tokenizer()
     model = build_policy("nano", tok, seed=0)
     data = Dataset.from_dict({"prompt": ["1+2=", "12+7=", "3-9=", "4*5=", "9+9=", "7-1="] * 4})
@@ -33,7 +37,7 @@ def make_trainer(tmp_path, cls=LmpoGRPOTrainer, *, loss_type="dapo", beta=0.0, a
                       loss_type=loss_type, beta=beta, temperature=1.0, **(args_kw or {}))
     if cls is LmpoGRPOTrainer and beta:
         kw["ref_model"] = copy.deepcopy(model)
-    return cls(model=model, reward_funcs=has_answer, args=args, train_dataset=data,
+    return cls(model=model, reward_funcs=reward_funcs, args=args, train_dataset=data,
                processing_class=tok, **kw)
 
 
@@ -98,6 +102,32 @@ def test_grpo_configs_scale_rewards_reaches_lmpos_grpo(tmp_path):
     t = make_trainer(tmp_path, lmpo_loss="ppo_clip", lmpo_advantage="grpo",
                      lmpo_advantage_hparams={"scale": "group"}, args_kw={"scale_rewards": "none"})
     assert t.lmpo_estimator.scale == "group"
+
+
+def test_gdpo_equals_trls_normalize_then_sum(tmp_path, monkeypatch):
+    """lmpo's gdpo estimator on TRL's per-function rewards and weights gives the advantages
+    GRPOTrainer computes itself with multi_objective_aggregation="normalize_then_sum" (on
+    the same generation batch: TRL's are recorded before the adapter replaces them)."""
+    seen = {"trl": [], "lmpo": []}
+    for cls, key in ((GRPOTrainer, "trl"), (LmpoGRPOTrainer, "lmpo")):
+        original = cls._generate_and_score_completions
+
+        def record(self, inputs, _original=original, _key=key):
+            out = _original(self, inputs)
+            seen[_key].append(out["advantages"].clone())
+            return out
+        monkeypatch.setattr(cls, "_generate_and_score_completions", record)
+    args_kw = {"multi_objective_aggregation": "normalize_then_sum",
+               "reward_weights": [1.0, -0.5]}
+    make_trainer(tmp_path, lmpo_advantage="gdpo", args_kw=args_kw,
+                 reward_funcs=[has_answer, length_share]).train()
+    assert len(seen["lmpo"]) == len(seen["trl"]) >= 3
+    for ours, theirs in zip(seen["lmpo"], seen["trl"], strict=True):
+        assert theirs.abs().max() > 0.1  # the rewards varied: the check is not 0 == 0
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="lmpo_advantage='gdpo'"):
+        make_trainer(tmp_path, lmpo_advantage="grpo", args_kw=args_kw,
+                     reward_funcs=[has_answer, length_share])
 
 
 def fixed_inputs(trainer, seed=0, b=16, p=5, t=12):

@@ -155,6 +155,23 @@ def test_peer_estimators_equal_verl(name, algo, seed, binary):
     torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_remax_equals_verls(seed):
+    """lmpo's remax (through the plugin, with the greedy scores verl's trainer passes as
+    reward_baselines) against verl's compute_remax_outcome_advantage; without them the
+    plugin says why."""
+    rewards, mask, index = outcome_batch(seed)
+    baselines = torch.randn(len(index), generator=torch.Generator().manual_seed(seed),
+                            dtype=torch.float64)
+    theirs, _ = core_algos.get_adv_estimator_fn("remax")(
+        token_level_rewards=rewards.clone(), reward_baselines=baselines, response_mask=mask)
+    ours, _ = lmpo_verl.make_adv_estimator("remax")(rewards.clone(), mask, index,
+                                                    reward_baselines=baselines)
+    torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=1e-12)
+    with pytest.raises(ValueError, match="adv_estimator=remax"):
+        lmpo_verl.make_adv_estimator("remax")(rewards.clone(), mask, index)
+
+
 # ------------------------------------------- the plugin under verl's own default config
 # every loss verl 0.9.1 ships that lmpo registers too: lmpo name -> verl name
 VERL_PEERS = {"ppo_clip": "vanilla", "gspo": "gspo", "cispo": "cispo", "dppo_tv": "dppo_tv",

@@ -11,7 +11,8 @@ from lmpo.registry import Registry
 
 DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it names none
 ADVANTAGES = Registry("advantage estimator", defaults={
-    "needs_critic": False, "wants_clusters": False, "wants_lengths": False, "peer_keys": {},
+    "needs_critic": False, "wants_clusters": False, "wants_lengths": False,
+    "wants_parts": False, "wants_baselines": False, "peer_keys": {}, "peer_names": {},
     "diagnostics": (), "engagement": None,
     "mediates": ("adv_abs_mean",),  # what a change of estimator changes by design
     "preset_keys": (), "title": "", "source": "", "summary": ""})
@@ -44,6 +45,9 @@ class Groups:
     std: torch.Tensor  # [Q] unbiased (ddof=1); 0 for a group of one
     scores: torch.Tensor  # [B] float64
     lengths: torch.Tensor | None = None  # [B] float64 response tokens (wants_lengths)
+    parts: torch.Tensor | None = None  # [B, K] float64 per-reward-function scores (wants_parts)
+    weights: torch.Tensor | None = None  # [K] float64 those functions' weights (wants_parts)
+    baselines: torch.Tensor | None = None  # [B] float64 greedy-response scores (wants_baselines)
 
     @property
     def zero_std_frac(self) -> float:
@@ -118,17 +122,32 @@ class Estimator:
     `clusters` (one name per sample) only adds per-cluster metrics here; estimators
     registered with `wants_clusters=True` (EBPO) may also use it. Estimators registered
     with `wants_lengths=True` (OPO, REINFORCE++'s token whitening) get `lengths` [B], each
-    response's token count; callers pass it only to them."""
+    response's token count; with `wants_parts=True` (GDPO) `parts` [B, K], each reward
+    function's score (NaN where one gave none), and `weights` [K]; with
+    `wants_baselines=True` (ReMax) `baselines` [B], the score of each prompt's greedy
+    response. Callers pass these only to the estimators that want them."""
 
     def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor, *,
-                 clusters: list[str] | None = None, lengths: torch.Tensor | None = None):
+                 clusters: list[str] | None = None, lengths: torch.Tensor | None = None,
+                 parts: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                 baselines: torch.Tensor | None = None):
         check_scores(scores, group_ids)
         groups = group_stats(scores, group_ids)
-        if lengths is not None:
-            if lengths.shape != scores.shape:
-                raise ValueError(f"lengths shape {tuple(lengths.shape)} must equal scores "
-                                 f"shape {tuple(scores.shape)}")
-            groups.lengths = lengths.detach().to(torch.float64)
+        for name, x in (("lengths", lengths), ("baselines", baselines)):
+            if x is not None:
+                if x.shape != scores.shape:
+                    raise ValueError(f"{name} shape {tuple(x.shape)} must equal scores shape "
+                                     f"{tuple(scores.shape)}")
+                setattr(groups, name, x.detach().to(torch.float64))
+        if parts is not None:
+            k = parts.shape[-1] if parts.dim() == 2 else -1
+            if parts.dim() != 2 or parts.shape[0] != len(scores):
+                raise ValueError(f"parts shape {tuple(parts.shape)} must be [B, K] with B = "
+                                 f"{len(scores)}")
+            w = torch.ones(k) if weights is None else torch.as_tensor(weights)
+            if w.shape != (k,):
+                raise ValueError(f"weights shape {tuple(w.shape)} must be ({k},), one per part")
+            groups.parts, groups.weights = parts.detach().to(torch.float64), w.to(torch.float64)
         adv = self.compute(groups)
         return adv.to(scores.dtype if scores.is_floating_point() else torch.float32), summary(
             adv, groups, clusters

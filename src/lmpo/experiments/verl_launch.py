@@ -104,6 +104,8 @@ def refusals(cfg) -> list[str]:
          "an lmpo reward model is not a verl reward model"),
         (cfg.reward.fn != "task", f"reward.fn={cfg.reward.fn}",
          "lmpo export-data writes the task's own reward only"),
+        (bool(cfg.reward.extra), f"reward.extra={cfg.reward.extra}",
+         "lmpo export-data writes the task's own reward only"),
         (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
          "verl's actor has no NLL term on correct responses"),
         (cfg.kl.coef > 0 and cfg.kl.bias_correction, "kl.bias_correction=True",
@@ -180,7 +182,9 @@ def verl_settings(cfg) -> dict:
 
 def advantage_settings(cfg) -> dict:
     if not cfg.actor_critic:
-        return {"algorithm.adv_estimator": f"lmpo_{cfg.advantage.name}"}
+        # verl's own twin where only its trainer can feed the estimator (remax's greedy pass)
+        peer = advantage_meta(cfg.advantage.name)["peer_names"].get("verl")
+        return {"algorithm.adv_estimator": peer or f"lmpo_{cfg.advantage.name}"}
     hp = advantage_hparams("gae") | dict(cfg.advantage.hparams)
     out = {"algorithm.adv_estimator": "gae", "algorithm.gamma": hp["gamma"],
            "algorithm.lam": hp["lam"], "critic.optim.lr": cfg.critic.lr} | CRITIC_PLACEHOLDERS

@@ -55,8 +55,16 @@ class LmpoGRPOTrainer(GRPOTrainer):
                        | dict(lmpo_advantage_hparams or {})) if lmpo_advantage else {}
         self.lmpo_estimator = (get_advantage(lmpo_advantage, **adv_hparams)
                                if lmpo_advantage else None)
-        self._lmpo_wants_lengths = bool(lmpo_advantage) and \
-            advantage_meta(lmpo_advantage)["wants_lengths"]
+        meta = advantage_meta(lmpo_advantage) if lmpo_advantage else {}
+        self._lmpo_wants_lengths = meta.get("wants_lengths", False)
+        self._lmpo_wants_parts = meta.get("wants_parts", False)
+        if lmpo_advantage and not self._lmpo_wants_parts and \
+                getattr(args_, "multi_objective_aggregation", None) == "normalize_then_sum":
+            raise ValueError(f"GRPOConfig(multi_objective_aggregation='normalize_then_sum') "
+                             f"normalises each reward function on its own, which lmpo_advantage="
+                             f"{lmpo_advantage!r} would replace by one normalisation of their "
+                             "sum: use lmpo_advantage='gdpo' (the same estimator) or TRL's "
+                             "default 'sum_then_normalize'")
         self._lmpo_rewards = None
         beta = getattr(args_, "beta", 0.0)
         if ref_model is not None and args_ is not None:
@@ -97,6 +105,8 @@ class LmpoGRPOTrainer(GRPOTrainer):
                 raise ValueError("an lmpo estimator that needs response lengths (OPO, "
                                  "REINFORCE++) runs in one TRL process only")
             extra["lengths"] = output["completion_mask"].sum(-1).double().cpu()
+        if self._lmpo_wants_parts:  # GDPO: every reward function's scores and weight
+            extra |= {"parts": per_func.double().cpu(), "weights": weights.double().cpu()}
         adv, metrics = self.lmpo_estimator(rewards, group_ids, **extra)
         n_local = len(output["advantages"])
         start = self.accelerator.process_index * n_local

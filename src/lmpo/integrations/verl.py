@@ -102,8 +102,15 @@ def make_adv_estimator(name: str):
         _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
         hparams = estimator_peer_hparams(name, "verl", lambda key: setting(config, key))
         est = estimator_instance(name, hparams)
-        extra = {"lengths": response_mask.sum(-1)} if advantage_meta(name)["wants_lengths"] \
-            else {}
+        meta = advantage_meta(name)
+        extra = {"lengths": response_mask.sum(-1)} if meta["wants_lengths"] else {}
+        if meta["wants_baselines"]:  # ReMax: verl's trainer passes its greedy responses' scores
+            if kwargs.get("reward_baselines") is None:
+                raise ValueError(f"{PREFIX}{name} needs each prompt's greedy-response score "
+                                 "(reward_baselines), which the engine did not pass: verl's "
+                                 "trainer decodes them only for algorithm.adv_estimator=remax, "
+                                 "verl's own remax (equal to lmpo's, tests/test_verl_peers.py)")
+            extra["baselines"] = kwargs["reward_baselines"].to(scores.dtype)
         with torch.no_grad():
             adv, _ = est(scores, torch.as_tensor(group_ids, dtype=torch.long), **extra)
         adv = adv.to(token_level_rewards.dtype)[:, None] * response_mask

@@ -6,6 +6,8 @@
 - `last_number`: the last number in the completion equals the gold number.
 - `math_verify`: the `math-verify` package (gold and completion parsed, \\boxed{} first,
   then verified as mathematical equivalence), run in a guarded worker process.
+- `answer_format`: a format reward, not a checker: 1 if the completion writes exactly one
+  answer mark (`#`) and a single number after it, whatever the number.
 - `path/to/file.py:function`: a user function with TRL's shape, called once per batch:
   `fn(prompts, completions, answers, **meta) -> list[float | None]`. `None` means "no
   score": the sample is dropped from the update (counted in `data/reward_none`).
@@ -23,6 +25,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 
 from lmpo.errors import ConfigError, LmpoError
+from lmpo.tasks.base import ANSWER_MARK
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -53,6 +56,15 @@ def last_number(completion: str, answer: str) -> float:
     return float(got is not None and got == gold)
 
 
+def answer_format(completion: str, answer: str) -> float:
+    """1 if `completion` has exactly one answer mark followed by one number (and nothing else
+    on that line), else 0; the gold `answer` is not read."""
+    if completion.count(ANSWER_MARK) != 1:
+        return 0.0
+    tail = completion.split(ANSWER_MARK, 1)[1].split("\n", 1)[0].strip()
+    return float(NUMBER.fullmatch(tail) is not None)
+
+
 def _per_sample(check: Callable[[str, str], float]):
     def batch_fn(prompts, completions, answers, **meta):
         return [check(c, a) for c, a in zip(completions, answers, strict=True)]
@@ -70,6 +82,7 @@ REWARD_FNS: dict[str, Callable[[], Callable]] = {
     "exact": lambda: _per_sample(exact_match),
     "last_number": lambda: _per_sample(last_number),
     "math_verify": _math_verify_fn,
+    "answer_format": lambda: _per_sample(answer_format),
 }
 BUILTIN = ("task", *REWARD_FNS)
 SCALES = {"none": lambda s: s, "pm1": lambda s: 2.0 * s - 1.0}
@@ -78,8 +91,9 @@ SCALES = {"none": lambda s: s, "pm1": lambda s: 2.0 * s - 1.0}
 def reward_range(cfg) -> tuple[float | None, float | None, float | None]:
     """(lowest, highest, a failure's reward) of the run's reward (a RewardConfig): the
     built-in checkers and tasks score in [0, 1] with 0 for a failure (scaled as
-    `reward.scale` says); a user function or a reward model declares none (None)."""
-    if cfg.model is not None or cfg.fn not in BUILTIN:
+    `reward.scale` says); a user function, a reward model or a sum of several functions
+    (`reward.extra`) declares none (None)."""
+    if cfg.model is not None or cfg.fn not in BUILTIN or getattr(cfg, "extra", None):
         return None, None, None
     low, high = (SCALES[cfg.scale](x) for x in (0.0, 1.0))
     return low, high, low

@@ -42,10 +42,15 @@ def critic_advantages(state, batch, scored, cfg) -> dict:
 
 def group_sequence_advantages(estimator, name: str, scored) -> tuple[torch.Tensor, dict]:
     """A group estimator's [B] advantages over the scored samples (with their tiers, and
-    their lengths where the estimator wants them)."""
+    what else its registry metadata asks for: lengths, per-function parts, baselines)."""
     tiers = [p.cluster for p in scored.problems]
-    extra = {"lengths": scored.rollout.response_mask.sum(-1)} \
-        if advantage_meta(name)["wants_lengths"] else {}
+    meta, extra = advantage_meta(name), {}
+    if meta["wants_lengths"]:
+        extra["lengths"] = scored.rollout.response_mask.sum(-1)
+    if meta["wants_parts"]:
+        extra |= {"parts": scored.parts, "weights": scored.part_weights}
+    if meta["wants_baselines"]:
+        extra["baselines"] = scored.baselines
     return estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
 
 

@@ -9,20 +9,21 @@ from lmpo.trainer.prefix import response_logprobs
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,
-                  stop_score: float | None, on_error: str
+                  stop_score: float | None, on_error: str, train: bool = True
                   ) -> tuple[list[float | None], list[bool], int]:
     """Scores per sequence (None = no score), exact correctness, and the number of samples
     whose reward function raised and were scored 0 (`on_error="zero"`; "raise" re-raises
     the `RewardError` that names the sample). A sequence the rollout controller stopped
     gets `stop_score` and is never correct (an absorbing failure), or, with `stop_score`
-    None, is scored like any other (an ordinary truncation)."""
+    None, is scored like any other (an ordinary truncation). `train=False` scores without
+    counting in the reward's training statistics (a greedy baseline)."""
     live = [i for i, r in enumerate(stop_reason) if stop_score is None or r != "early_stop"]
     scores: list[float | None] = [stop_score] * len(problems)
     correct = [False] * len(problems)
     errors = 0
     try:
         got, ok = reward.score([problems[i] for i in live], [texts[i] for i in live],
-                               index=live, train=True)
+                               index=live, train=train)
         pairs = list(zip(got, ok, strict=True))
     except RewardError:
         if on_error != "zero":
@@ -30,7 +31,7 @@ def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[
         pairs = []
         for i in live:  # find the failing samples; they score 0
             try:
-                one, good = reward.score([problems[i]], [texts[i]], index=[i], train=True)
+                one, good = reward.score([problems[i]], [texts[i]], index=[i], train=train)
                 pairs.append((one[0], good[0]))
             except RewardError:
                 pairs.append((0.0, False))

@@ -14,6 +14,7 @@ from lmpo.models import PromptEncoder, stop_token_ids
 from lmpo.rewards import Reward, build_reward
 from lmpo.rollout.precision import RolloutModel
 from lmpo.trainer.filters import build_filter
+from lmpo.trainer.greedy import wants_greedy
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,11 +69,17 @@ class Runtime:
     device: torch.device
     rollout_model: RolloutModel
     filter: object  # which samples enter the update (lmpo.trainer.filters)
+    greedy_baselines: bool = False  # decode a greedy response per prompt (lmpo.trainer.greedy)
 
     @classmethod
     def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
         device = next(policy.parameters()).device
         reward = build_reward(cfg.reward.fn, task, cfg.reward.scale)
+        if cfg.reward.extra:  # several functions: a weighted sum, each logged
+            from lmpo.rewards.multi import MultiReward
+
+            reward = MultiReward([reward] + [build_reward(f, task) for f in cfg.reward.extra],
+                                 cfg.reward.weights or [1.0] * (1 + len(cfg.reward.extra)))
         if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
             from lmpo.reward_model_training import resolve_reward_model
             from lmpo.rewards.reward_model import ModelReward
@@ -86,4 +93,5 @@ class Runtime:
                    rollout_model=RolloutModel(policy, cfg.rollout.dtype,
                                               fp8_activations=cfg.rollout.fp8_activations,
                                               staleness=cfg.rollout.staleness),
-                   filter=build_filter(cfg.rollout, tokenizer.pad_token_id))
+                   filter=build_filter(cfg.rollout, tokenizer.pad_token_id),
+                   greedy_baselines=wants_greedy(cfg))

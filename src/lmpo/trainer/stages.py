@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.masked import masked_mean
+from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
 from lmpo.rollout.types import Rollout
 from lmpo.trainer.batch import forward_logprobs, score_rollout
 from lmpo.trainer.filters import Drawn
+from lmpo.trainer.greedy import add_greedy_baselines
 from lmpo.trainer.update import TrainBatch, autocast
 
 
@@ -69,6 +71,12 @@ def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict
                                              rollout.stop_reason,
                                              stop_score=controller.stop_score,
                                              on_error=cfg.scorer_errors)
+        if rt.greedy_baselines:  # each prompt's greedy response, scored, where wanted
+            t0 = time.perf_counter()
+            with sampling_mode(state.policy):
+                scored, rollout = add_greedy_baselines(rt.rollout_model(weights), rt, cfg,
+                                                       problems, scored, rollout)
+            clock.generation += time.perf_counter() - t0
         return Drawn(problems, rollout, scored, hits, errors)
 
     drawn, filter_metrics = rt.filter.collect(draw)
@@ -97,6 +105,9 @@ class Scored:
     unscored: int
     generated: int  # samples generated (scored or not): update_share's denominator
     keep: torch.Tensor | None = None  # [B'] bool: the rows a refill chose for the update
+    parts: torch.Tensor | None = None  # [B', K] float64 each reward function's score
+    part_weights: torch.Tensor | None = None  # [K] float64 their weights
+    baselines: torch.Tensor | None = None  # [B'] float64 greedy-response scores
 
 
 def usable(drawn: Drawn, group: int) -> Scored:
@@ -111,10 +122,15 @@ def usable(drawn: Drawn, group: int) -> Scored:
         problems = [problems[i] for i in used.tolist()]
         keep = None if keep is None else keep[used]
     correct = torch.tensor([float(ok) for ok in drawn.hits])
-    return Scored(problems, rollout,
-                  torch.tensor([s for s in drawn.scored if s is not None], dtype=torch.float32),
+    kept = [s for s in drawn.scored if s is not None]
+    parts, weights = score_parts(kept)
+    baselines = [getattr(s, "baseline", None) for s in kept]
+    return Scored(problems, rollout, torch.tensor(kept, dtype=torch.float32),
                   group_ids, correct, correct[used] if len(used) else correct[:0],
-                  drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), keep)
+                  drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), keep,
+                  parts=parts, part_weights=weights,
+                  baselines=None if None in baselines
+                  else torch.tensor(baselines, dtype=torch.float64))
 
 
 def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bool = False,

@@ -89,6 +89,15 @@ class RewardConfig:
     scale: str = "none"
     """none | pm1: map the checker's scores s in [0, 1] to 2s - 1 ({0, 1} -> {-1, +1}, as
     CE-GPPO's and DPPO's scripts score); not for a reward model's scores."""
+    extra: list[str] = field(default_factory=list)
+    """Further reward functions (names as `fn`, e.g. answer_format, or file.py:function),
+    scored raw and summed with the checker's score: TRL's several `reward_funcs`
+    (lmpo.rewards.multi). Each is logged as reward/fn/<name>_mean; `fn` alone decides
+    accuracy. An estimator registered with wants_parts normalises each function on
+    its own."""
+    weights: list[float] = field(default_factory=list)
+    """One weight per function, `fn` first, then each of `extra` (TRL's reward_weights);
+    empty = every weight 1."""
 
 
 @dataclass

@@ -28,7 +28,8 @@ def validate(cfg) -> None:
             raise ConfigError(msg)
     from lmpo.rewards import build_reward
 
-    build_reward(cfg.reward.fn, None)  # an unknown name or a missing function fails now
+    for spec in (cfg.reward.fn, *cfg.reward.extra):  # an unknown name or function fails now
+        build_reward(spec, None)
     check_parts(cfg)
     from lmpo.trainer.trackers import check_wandb
 
@@ -148,7 +149,9 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
 
 def setting_checks(cfg) -> list[tuple[bool, str]]:
     from lmpo.rewards import SCALES
+    from lmpo.rewards.multi import fn_name
     from lmpo.tasks import TASKS
+    from lmpo.trainer.greedy import wants_greedy
 
     lg = cfg.log
     return [
@@ -173,6 +176,22 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
         (cfg.reward.model is None or cfg.reward.scale == "none",
          f"reward.scale {cfg.reward.scale} maps a checker's [0, 1] scores: not a reward "
          "model's (reward.model); use reward.normalize for those"),
+        (not (cfg.reward.normalize and wants_greedy(cfg)),
+         f"advantage.name {cfg.advantage.name}'s greedy baseline is scored raw: it cannot be "
+         "compared with reward.normalize's running-normalised scores; turn one of them off"),
+        (not cfg.reward.extra or cfg.reward.model is None,
+         "reward.extra sums reward functions with the checker; with reward.model the "
+         "reward model's score is the reward (combine them in one reward.fn instead)"),
+        (all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w)
+             for w in cfg.reward.weights),
+         f"reward.weights must be finite numbers, got {cfg.reward.weights}"),
+        (len({fn_name(f) for f in (cfg.reward.fn, *cfg.reward.extra)})
+         == 1 + len(cfg.reward.extra),
+         f"reward functions must have distinct names (each is logged as reward/fn/<name>), "
+         f"got {[cfg.reward.fn, *cfg.reward.extra]}"),
+        (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.extra),
+         f"reward.weights has {len(cfg.reward.weights)} entries; it needs one per reward "
+         f"function: reward.fn, then each of reward.extra ({1 + len(cfg.reward.extra)})"),
         (cfg.critic.init in CRITIC_INITS,
          f"critic.init {cfg.critic.init!r} unknown; valid: {', '.join(CRITIC_INITS)}"),
         (cfg.loss.nll_coef >= 0, f"loss.nll_coef must be >= 0, got {cfg.loss.nll_coef}"),
