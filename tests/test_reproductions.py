@@ -55,12 +55,16 @@ MATCHED["real_cegppo"] = {"loss.name", "loss.hparams.beta1", "loss.hparams.beta2
 MATCHED["precision_real"] = {"rollout.dtype", "optim.dtype"}
 # the survey of every group-family method: each loss as its preset states it (with GRPO's
 # advantages), each estimator with PPO-clip
-MATCHED["zoo"] = {"advantage.name", "loss.agg", "loss.name", "optim.minibatches"} | {
+# (and the settings TRL added to PPO-clip; GDPO's and its GRPO twin's second reward)
+MATCHED["zoo"] = {"advantage.name", "loss.agg", "loss.name", "optim.minibatches",
+                  "loss.off_policy_mask_threshold", "loss.top_entropy_quantile",
+                  "reward.extra"} | {
     f"loss.hparams.{k}" for k in (
-        "alpha", "beta", "beta1", "beta2", "clip_cov_lb", "clip_cov_ratio", "clip_cov_ub",
-        "clip_ratio_c", "delta", "delta_high", "delta_low", "eps_high", "eps_low", "k_neg",
-        "k_pos", "kl_cov_ratio", "lambda_neg", "lambda_pos", "ppo_kl_coef", "tau_neg",
-        "tau_pos", "weight")}
+        "adv_tau", "alpha", "beta", "beta1", "beta2", "clip_cov_lb", "clip_cov_ratio",
+        "clip_cov_ub", "clip_ratio_c", "delta", "delta_high", "delta_low", "eps_high",
+        "eps_low", "k_neg", "k_pos", "kl_cov_ratio", "kl_tau", "lambda_neg", "lambda_pos",
+        "negative_weight", "positive_weight", "ppo_kl_coef", "tau", "tau_neg", "tau_pos",
+        "threshold", "weight")}
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
@@ -74,6 +78,9 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
                   ("ebpo_shuffled", "ebpo_cluster_shuffled", ("advantage.hparams.",))],
          "output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "real_cegppo": [("grpo", "cegppo", LOSS)],
+         "zoo": [("adv_gdpo", "adv_grpo_two_rewards", ("advantage.",)),
+                 ("loss_grpo", "adv_grpo_two_rewards", ("reward.extra",)),
+                 ("loss_grpo", "adv_remax", ("advantage.",))],
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("grpo", "dppo", "drpo", "drpo_d0.5")
                   for a, b, keys in (("", "_fp8", ("rollout.dtype",)),
