@@ -255,3 +255,36 @@ def test_verls_bypass_reinforce_with_token_is_is_cispo_on_rollout_log_probs(thre
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(torch.autograd.grad(ours, lp_b)[0],
                                torch.autograd.grad(theirs, lp_a)[0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("threshold", [1.05, 2.0, 1e6])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_verls_bypass_reinforce_with_sequence_is_is_reinforce_seq_is(threshold, mode):
+    """verl's bypass_mode, loss_type reinforce, rollout_is sequence (its default level),
+    directly and through the plugin (lmpo_reinforce_seq_is reads verl's rollout_is_threshold):
+    values and gradients, float64. Log-ratios of scale 0.5 so that some rows' weights fall
+    either side of the thresholds."""
+    from verl.trainer.config import RolloutCorrectionConfig
+
+    logp, old, adv, mask, _ = wide_batch(4)
+    logp = old + 0.5 * (logp - old)
+    corr = RolloutCorrectionConfig(rollout_is="sequence", rollout_is_threshold=threshold,
+                                   bypass_mode=True, loss_type="reinforce")
+    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="bypass_mode",
+                                                    rollout_correction=corr))
+    lp_a = logp.clone().requires_grad_(True)
+    theirs = core_algos.get_policy_loss_fn("bypass_mode")(old, lp_a, adv, mask, mode, cfg)[0]
+    lp_b = logp.clone().requires_grad_(True)
+    tok, metrics = get_loss("reinforce_seq_is", threshold=threshold)(lp_b, old, adv, mask)
+    ours = aggregate(tok, mask, mode)
+    rtol = 2e-8 if mode == "seq-mean-token-mean" else 1e-12  # verl's row count + 1e-8
+    torch.testing.assert_close(ours, theirs, rtol=rtol, atol=1e-14)
+    torch.testing.assert_close(torch.autograd.grad(ours, lp_b)[0],
+                               torch.autograd.grad(theirs, lp_a)[0], rtol=rtol, atol=1e-14)
+    if threshold == 2.0:
+        assert 0 < metrics["clipfrac"] < 1  # the truncation acts on some rows only
+    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="lmpo_reinforce_seq_is",
+                                                    rollout_correction=corr))
+    plugin = core_algos.get_policy_loss_fn("lmpo_reinforce_seq_is")(old, logp, adv, mask, mode,
+                                                                    cfg)[0]
+    torch.testing.assert_close(plugin, theirs.detach(), rtol=1e-12, atol=0)

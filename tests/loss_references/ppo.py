@@ -90,3 +90,16 @@ def rollout_is(lp, olp, a, *, eps_low=0.2, eps_high=0.2):
     r = ratio(lp, olp)
     w = r if 1 - eps_low < r < 1 + eps_high else 0.0
     return -w * a * lp, -w * a
+
+
+@reference("reinforce_seq_is", rows=True, cases=[{}, {"threshold": 1.05}, {"threshold": 50.0}])
+def reinforce_seq_is(lps, olps, advs, mask, *, threshold=2.0):
+    """verl's bypass-mode REINFORCE with sequence IS: each row's weight is
+    min(exp(clamp(sum of its log-ratios, -20, 20)), threshold), held fixed."""
+    out = []
+    for lp_row, olp_row, a_row, m_row in zip(lps, olps, advs, mask, strict=True):
+        total = sum(lp - olp for lp, olp, m in zip(lp_row, olp_row, m_row, strict=True) if m)
+        w = min(math.exp(max(-20.0, min(20.0, total))), threshold)
+        out.append([(-w * a * lp, -w * a) if m else (0.0, 0.0)
+                    for lp, a, m in zip(lp_row, a_row, m_row, strict=True)])
+    return out

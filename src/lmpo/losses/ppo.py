@@ -184,3 +184,29 @@ def rollout_is(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2):
     weight = torch.where(inside, x.ratio, torch.zeros_like(x.ratio)).detach()
     loss = -weight * x.adv * x.logp
     return x.zero_off_mask(loss), ratio_metrics(x) | x.shares("clipfrac", (~inside).to(loss.dtype))
+
+
+@LOSSES.register("reinforce_seq_is", default_agg="token-mean", diagnostics=("loss/clipfrac",),
+                 engagement="loss/clipfrac", domains={"threshold": "(0, inf)"},
+                 peer_keys={"verl": {"threshold": (
+                     "policy_loss.rollout_correction.rollout_is_threshold",)}},
+                 title="REINFORCE with truncated sequence IS (verl's bypass mode)",
+                 source="verl rollout_correction: bypass_mode, loss_type reinforce, "
+                        "rollout_is sequence",
+                 summary="-A logp weighted by the response's stop-gradient sequence ratio to "
+                         "the sampler, truncated at threshold")
+def reinforce_seq_is(logp, old_logp, adv, mask, *, threshold=2.0):
+    """L = -sg(min(exp(clamp(sum_t (logp_t - old_t), -20, 20)), threshold)) * A * logp:
+    verl's bypass_mode with loss_type reinforce and rollout_is sequence (its default), the
+    sequence ratio recomputed from the current policy on each call, with verl's safety clamp
+    of the summed log-ratio at +-20. The ratio is to the sampler's log-probs: lmpo's
+    old_logp under rollout.old_logp: rollout (the default). Its token-level twin is cispo
+    with eps_low 1 and eps_high threshold - 1. Diagnostic: the share of tokens whose
+    response's weight was truncated."""
+    x = prepare(logp, old_logp, adv, mask)
+    log_w = (x.logp - x.old_logp).masked_fill(~x.mask, 0).sum(-1, keepdim=True).detach()
+    raw = log_w.clamp(-20.0, 20.0).exp().expand_as(x.logp)
+    weight = raw.clamp(max=threshold)
+    loss = -weight * x.adv * x.logp
+    return x.zero_off_mask(loss), ratio_metrics(x) | x.shares(
+        "clipfrac", (raw > threshold).to(loss.dtype))
