@@ -16,11 +16,11 @@ SKYRL_VENV := .venv-skyrl
 WHEEL_VENV := .venv-wheel
 
 .PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
-	bench-trl clean gpu-wheels test-skyrl
+	bench-trl clean gpu-wheels test-skyrl test-ray
 
 help:
 	@echo "make demo       install into .venv, then GRPO vs CE-GPPO across rollout staleness (~5 min)"
-	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, SkyRL, the wheel (~30 min)"
+	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, SkyRL, Ray, the wheel (~30 min)"
 	@echo "make test-fast  lint and the tests that train nothing beyond a few tiny steps (~5 min)"
 	@echo "make test-core  lint and the whole core suite in .venv"
 	@echo "make real-demo  GRPO on SmolLM2-135M-Instruct, 1-digit sums"
@@ -61,7 +61,7 @@ define run_pytest
 	exit $$rc
 endef
 
-test: test-core test-verl test-trl test-skyrl test-wheel
+test: test-core test-verl test-trl test-skyrl test-ray test-wheel
 
 test-core: lint
 	$(call run_pytest,$(PY),)
@@ -91,6 +91,11 @@ test-trl: $(TRL_VENV)/.installed-stamp
 
 test-skyrl: $(SKYRL_VENV)/.installed-stamp
 	$(call run_pytest,$(SKYRL_VENV)/bin/python,tests/test_skyrl.py)
+
+# lmpo compare --launcher ray on Ray's own multi-node test cluster; verl's environment
+# already has Ray (and everything lmpo train needs), so it runs there
+test-ray: $(VERL_VENV)/.installed-stamp
+	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_ray.py)
 
 # The wheel alone (torch and numpy, no extras) in a fresh environment: what it requires,
 # that nothing else is installed, then every loss, estimator and correction against its

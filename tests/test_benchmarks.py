@@ -1,7 +1,8 @@
 """Every benchmark script runs: each at its smallest size, in seconds, writing its JSON to a
 scratch folder (never the committed results), whose shape is checked here. The TRL
-benchmarks are smoke-tested in their own environment (tests/test_benchmarks_trl.py), and
-this file fails if a script appears that neither covers."""
+benchmarks are smoke-tested in their own environment (tests/test_benchmarks_trl.py), the
+Ray one in Ray's (tests/test_ray.py), and this file fails if a script appears that none
+covers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ BENCH = Path(__file__).parent.parent / "benchmarks"
 # helpers, not benchmarks: no command of their own
 HELPERS = {"common.py", "bench_reward.py"}
 TRL_SCRIPTS = {"vs_trl.py", "rm_vs_trl.py"}  # tests/test_benchmarks_trl.py
+RAY_SCRIPTS = {"ray_overhead.py"}  # tests/test_ray.py (Ray's environment)
 
 
 def run_script(argv: list[str], out: Path, home: Path, timeout: int = 240) -> None:
@@ -115,7 +117,7 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
 
 def test_every_benchmark_script_has_a_smoke_test():
     scripts = {p.name for p in BENCH.glob("*.py")} - HELPERS
-    covered = {f"{n}.py" for n in cases("x")} | TRL_SCRIPTS | {"gpu_check.py"}
+    covered = {f"{n}.py" for n in cases("x")} | TRL_SCRIPTS | RAY_SCRIPTS | {"gpu_check.py"}
     assert scripts == covered, scripts ^ covered
 
 

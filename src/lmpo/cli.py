@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "arm x seed through TRL's GRPOTrainer (in TRL's environment)")
     cp.add_argument("--strict", action="store_true",
                     help="with --engine verl: any refused arm is an error")
+    cp.add_argument("--launcher", choices=("pool", "ray"), default="pool",
+                    help="pool: runs at once on this machine (default); ray: each run a Ray "
+                         "task, --jobs per node, on a shared --out (docs/cluster.md)")
+    cp.add_argument("--address", help="with --launcher ray: the cluster (auto, HOST:PORT); "
+                                      "default: a local Ray started and stopped here")
 
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")
@@ -145,7 +150,10 @@ def cmd_compare(args) -> int:
         if importlib.util.find_spec("trl") is None:
             raise ConfigError("--engine trl runs in an environment with TRL installed "
                               "(pip install -e '.[trl]'; make test-trl builds .venv-trl)")
-    return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine)
+    if args.address and args.launcher != "ray":
+        raise ConfigError("--address is for --launcher ray")
+    return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine,
+                   launcher_name=args.launcher, address=args.address)
 
 
 def cmd_report(args) -> int:

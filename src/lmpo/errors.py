@@ -43,6 +43,10 @@ class LockedError(LmpoError):
     """A run or sweep directory another lmpo process is using; names the holder."""
 
 
+class LeaseLost(LockedError):
+    """A run's writer whose lease a newer writer holds (lmpo.locks.check_lease)."""
+
+
 class RunError(LmpoError, RuntimeError):
     """A run that started stopped for a reason the user can act on (a write that failed,
     updates that kept going non-finite); the message says from where it can go on."""

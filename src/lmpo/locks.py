@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmpo.errors import LockedError
+from lmpo.errors import LeaseLost, LockedError
 
 LOCK_FILE = ".lock"
 
@@ -79,3 +79,46 @@ def directory_lock(directory: str | Path, *, what: str,
             fcntl.flock(fh, fcntl.LOCK_UN)
     finally:
         fh.close()
+
+
+# ------------------------------------------------ leases with a fencing token
+# flock holds within one machine. A sweep whose runs move between machines (a Ray
+# cluster: lmpo.experiments.ray_launcher) hands each attempt of a run a lease: the number
+# in `run_dir/.lease`, one more than the last attempt's, given to the writer in LMPO_LEASE.
+# A writer whose number is no longer the file's (its node was cut off and the run moved on)
+# stops before writing. Without LMPO_LEASE (a local run) there is no check.
+LEASE_FILE = ".lease"
+LEASE_ENV = "LMPO_LEASE"
+
+
+def read_lease(directory: str | Path) -> dict:
+    path = Path(directory) / LEASE_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"token": 0}
+
+
+def grant_lease(directory: str | Path, holder: str) -> int:
+    """A new lease on `directory` for `holder` (e.g. a node's name): the next token, written
+    atomically. Only the sweep's driver grants leases, one at a time."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    token = int(read_lease(directory).get("token", 0)) + 1
+    tmp = directory / f"{LEASE_FILE}.tmp"
+    tmp.write_text(json.dumps({"token": token, "holder": holder, "granted": time.time()}) + "\n")
+    os.replace(tmp, directory / LEASE_FILE)
+    return token
+
+
+def check_lease(directory: str | Path) -> None:
+    """LeaseLost if this process was given a lease (LMPO_LEASE) that is no longer
+    `directory`'s: a newer attempt of the run holds it."""
+    mine = os.environ.get(LEASE_ENV)
+    if not mine:
+        return
+    current = read_lease(directory)
+    if int(current.get("token", 0)) != int(mine):
+        raise LeaseLost(f"{directory}: this writer's lease (token {mine}) was handed to "
+                        f"{current.get('holder', '?')} (token {current.get('token')}); "
+                        "stopping before writing")

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 FRESH_ENV = "LMPO_FRESH_PROCESSES"
@@ -102,8 +103,9 @@ def _run(argv: list[str], log: str, env: dict, cwd: str) -> None:  # pragma: no 
 class Forked:
     """A forked run with the part of `subprocess.Popen` the sweep uses."""
 
-    def __init__(self, argv: list[str], log: Path, env: dict):
-        self.process = context().Process(target=_run, args=(argv, str(log), env, os.getcwd()),
+    def __init__(self, argv: list[str], log: Path, env: dict, cwd: str | None = None):
+        self.process = context().Process(target=_run,
+                                         args=(argv, str(log), env, cwd or os.getcwd()),
                                          daemon=False)
         self.process.start()
         self.pid = self.process.pid
@@ -120,12 +122,57 @@ class Forked:
         return self.process.exitcode
 
 
-def start(command: list[str], log: Path, env: dict):
-    """Start `command` (`python -m lmpo train ...`) with its output appended to `log`:
-    forked from the warm server where it can be, else as a fresh interpreter."""
+def start(command: list[str], log: Path, env: dict, cwd: str | None = None):
+    """Start `command` (`python -m lmpo train ...`) with its output appended to `log`, in
+    `cwd` (default: this process's): forked from the warm server where it can be, else as
+    a fresh interpreter."""
     lmpo_train = command[1:4] == ["-m", "lmpo", "train"]
     if lmpo_train and forking():
-        return Forked(command[3:], log, env)
+        return Forked(command[3:], log, env, cwd)
     with open(log, "ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=die_with_parent)
+                                cwd=cwd, preexec_fn=die_with_parent)
+
+
+@dataclass
+class Outcome:
+    """How a run's process ended: its exit code, or `lost` (why the machine it ran on went
+    away, so that it may run again elsewhere)."""
+
+    code: int | None
+    lost: str = ""
+
+
+class LocalPool:
+    """`lmpo compare`'s default launcher: at most `jobs` runs at once on this machine,
+    each started by `start` (forked from the warm server where it can be). Its runs die
+    with the sweep; nothing is retried (a run that failed here would fail again)."""
+
+    name, retries = "pool", 0
+
+    def __init__(self, jobs: int):
+        self.jobs, self.running = jobs, set()
+
+    def free(self) -> bool:
+        return len(self.running) < self.jobs
+
+    def start(self, run, env: dict):
+        proc = start(run.command(), run.log, env)
+        self.running.add(proc)
+        return proc
+
+    def poll(self, proc) -> Outcome | None:
+        code = proc.poll()
+        if code is None:
+            return None
+        self.running.discard(proc)
+        return Outcome(code)
+
+    def where(self, proc) -> str:
+        return ""
+
+    def describe(self) -> dict:
+        return {"launcher": self.name, "jobs": self.jobs}
+
+    def close(self) -> None:
+        pass

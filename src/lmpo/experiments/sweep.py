@@ -27,7 +27,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -180,45 +179,67 @@ def status_table(exp: Experiment, runs: list[Run]):
     return table
 
 
-def execute(exp: Experiment, runs: list[Run], out: Path, jobs: int, *, live: bool = True
-            ) -> None:
-    """Run the pending runs, at most `jobs` at once, updating each run's status."""
+def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = True) -> None:
+    """Run the pending runs through `pool` (a launcher: `launcher.LocalPool`, or
+    `ray_launcher.RayPool`), as many at once as it has room for, updating each run's
+    status. A run whose machine went away runs again (it resumes from its checkpoint), at
+    most `pool.retries` times; one that exits with an error is reported failed. Whatever
+    ends the sweep, `pool.close()` stops what is still running."""
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
     queue = start_order(exp, [r for r in runs if r.status == "pending"])
-    procs: dict[str, tuple[Run, launcher.Forked | subprocess.Popen]] = {}
+    active: dict[str, tuple[Run, object]] = {}
+    retried: dict[str, int] = {}
     started = time.time()
     history = out / "sweep.json"
     past = json.loads(history.read_text()) if history.exists() else []
-    record = {"started": started, "wall_s": None, "jobs": jobs, "status": "interrupted"}
+    record = {"started": started, "wall_s": None, **pool.describe(), "status": "interrupted"}
     history.write_text(json.dumps([*past, record], indent=2) + "\n")  # None if killed
     show = live and console.is_terminal
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    with Live(status_table(exp, runs), console=console, refresh_per_second=2,
-              transient=False) if show else _Quiet() as view:
-        while queue or procs:
-            while queue and len(procs) < jobs:
-                run = queue.pop(0)
-                run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-                procs[run.name] = (run, launcher.start(run.command(), run.log, env))
-                run.status, run.started = "running", time.time()
-                if not show:
-                    console.print(f"started {run.name}")
-            time.sleep(0.5)
-            for name, (run, proc) in list(procs.items()):
-                if proc.poll() is None:
-                    continue
-                del procs[name]
-                ok = proc.returncode == 0 and finished(run.run_dir, exp.steps)
-                run.status = "done" if ok else "failed"
-                run.error = "" if ok else f"exit {proc.returncode}: {last_error(run.log)}"
-                if not show:
-                    console.print(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
-                                  + (f": {run.error}" if run.error else ""))
-            view.update(status_table(exp, runs))
+
+    def say(line: str) -> None:
+        if not show:
+            console.print(line, highlight=False)
+    try:
+        with Live(status_table(exp, runs), console=console, refresh_per_second=2,
+                  transient=False) if show else _Quiet() as view:
+            while queue or active:
+                while queue and pool.free():
+                    run = queue.pop(0)
+                    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+                    handle = pool.start(run, env)
+                    active[run.name] = (run, handle)
+                    run.status, run.started = "running", time.time()
+                    say(f"started {run.name}{pool.where(handle)}")
+                time.sleep(0.5)
+                for name, (run, handle) in list(active.items()):
+                    outcome = pool.poll(handle)
+                    if outcome is None:
+                        continue
+                    del active[name]
+                    if outcome.lost and retried.get(name, 0) < pool.retries:
+                        retried[name] = retried.get(name, 0) + 1
+                        run.status = "pending"
+                        queue.insert(0, run)  # resumes from its last checkpoint
+                        say(f"retrying {run.name}: {outcome.lost} (retry {retried[name]} of "
+                            f"{pool.retries})")
+                        continue
+                    ok = not outcome.lost and outcome.code == 0 and finished(run.run_dir,
+                                                                              exp.steps)
+                    run.status = "done" if ok else "failed"
+                    run.error = "" if ok else outcome.lost or \
+                        f"exit {outcome.code}: {last_error(run.log)}"
+                    say(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
+                        + (f": {run.error}" if run.error else ""))
+                view.update(status_table(exp, runs))
+    finally:
+        pool.close()
     record |= {"wall_s": time.time() - started, "status": {r.name: r.status for r in runs}}
+    if retried:
+        record["retried"] = retried
     history.write_text(json.dumps([*past, record], indent=2) + "\n")
 
 
@@ -249,15 +270,21 @@ def prebuild(runs: list[Run]) -> None:
 
 
 def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
-            live: bool = True, engine: str = "lmpo") -> int:
+            live: bool = True, engine: str = "lmpo", launcher_name: str = "pool",
+            address: str | None = None) -> int:
     """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished.
 
-    The sweep holds `out`'s lock throughout (a second `lmpo compare` on it fails at once,
-    naming this one); each run's process holds its own run directory's. An `out` this call
-    created is removed again if the experiment cannot be planned."""
+    `launcher_name` "pool" runs at most `jobs` runs at once here; "ray" runs them as Ray
+    tasks, `jobs` per node, on the cluster at `address` (None: a local Ray this call
+    starts and stops; lmpo.experiments.ray_launcher). The sweep holds `out`'s lock
+    throughout (a second `lmpo compare` on it fails at once, naming this one); each run's
+    process holds its own run directory's. An `out` this call created is removed again if
+    the experiment cannot be planned."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    out = Path(out)
+    if launcher_name not in ("pool", "ray"):
+        raise ConfigError(f"unknown launcher {launcher_name!r}; valid: pool, ray")
+    out = Path(out).absolute() if launcher_name == "ray" else Path(out)
     fresh = not out.exists()
     with directory_lock(out, what="lmpo compare"):
         try:
@@ -272,7 +299,13 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                       else f"# refused: {run.name}: {run.error}")
             return 0
         prebuild(runs)
-        execute(exp, runs, out, jobs, live=live)
+        if launcher_name == "ray":
+            from lmpo.experiments.ray_launcher import RayPool
+
+            pool = RayPool(jobs, out, address=address)
+        else:
+            pool = launcher.LocalPool(jobs)
+        execute(exp, runs, out, pool, live=live)
     refused = [r for r in runs if r.status == "refused"]
     for run in refused:
         print(f"refused by {engine}: {run.name}: {run.error}", file=sys.stderr)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.trl_mapping import lmpo_row, trl_refusals
+from lmpo.locks import check_lease
 
 
 def grpo_args(cfg, out: Path):
@@ -122,6 +123,7 @@ def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
     after = held_out(trainer.model)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows[-1] |= metrics_row(after)
+    check_lease(run_dir)  # a run moved to another machine has one writer
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = {"before": before, "after": after, "engine": "trl"}
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -138,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="restart an unfinished run (TRL runs do not continue mid-run)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
     try:
-        run(load_config(TrainConfig, args.config), Path(args.run_dir), resume=args.resume)
+        run(load_config(TrainConfig, args.config, args.overrides), Path(args.run_dir),
+            resume=args.resume)
     except LmpoError as exc:
         print(f"trl_run: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lmpo.evaluate import metrics_row, result_from_row
 from lmpo.faults import crash_point
+from lmpo.locks import check_lease
 from lmpo.models import save_policy
 from lmpo.models.adapters import merged_copy
 from lmpo.trainer.advantage import update_advantage_size
@@ -54,6 +55,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                 row |= metrics_row(run.evaluate())
             # ======================================================== log
             crash_point("before_row", step)
+            check_lease(run.dir)  # a run moved to another machine has one writer
             append_row(run.metrics_path, row)
             crash_point("after_row", step)
             run.log_scalars(row, step)
@@ -63,6 +65,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             # ======================================================== checkpoint
             state.step = step
             if step % cfg.log.checkpoint_every == 0 or step == cfg.steps:
+                check_lease(run.dir)
                 save_checkpoint(run.dir, step, state.state_dict(), keep=cfg.log.keep_checkpoints)
                 crash_point("after_checkpoint", step)
     finally:
@@ -73,6 +76,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
 def finish(cfg: TrainConfig, run: Run) -> dict:
     """The final policy (LoRA adapters folded in) and eval.json."""
+    check_lease(run.dir)
     save_policy(merged_copy(run.state.policy), run.rt.tokenizer, run.dir / "policy")
     rows = read_rows(run.metrics_path)
     final = rows[-1] if rows else {}

@@ -1,0 +1,252 @@
+"""`lmpo compare --launcher ray`: the sweep's runs as Ray tasks across a cluster's nodes.
+
+Each pending run becomes one Ray task that runs, on the node it is placed on, the same
+`python -m lmpo train ... --resume` command the local pool runs, with `threads=` that
+node's CPUs / `--jobs` (as the pool sets it from this machine's cores). `--jobs` is runs
+at once per node. The driver places every task itself (Ray's node-affinity strategy, not
+soft): a node gets at most `jobs` runs, the least busy node first, and each task asks Ray
+for `threads` CPUs (and a GPU when the run's `device` is cuda).
+
+- **Shared storage.** The run directories must be one file system every node sees. Before
+  anything starts, a probe task on each node reads a file the driver wrote under `--out`
+  and writes one back; a node that cannot fails the sweep with one line naming the node
+  and the path. A node that mounts the storage elsewhere sets `LMPO_PATH_MAP` in its
+  environment (`DRIVER_PREFIX=NODE_PREFIX`, several separated by `;`): every path the
+  driver hands the node is rewritten with it.
+- **Faults.** A task whose node dies (or whose process a signal killed) is retried on a
+  node still alive, at most `RETRIES` times; `lmpo train --resume` continues it from its
+  last checkpoint. A run that exits with an error (a bad config) is reported failed once.
+  Each attempt gets a lease with a fencing token (`lmpo.locks.grant_lease`): a writer
+  cut off from the driver but still alive finds its token stale and stops before its
+  next write, so a run never has two writers.
+- **Stopping.** Ctrl-C or `kill` (SIGTERM) of the driver cancels its tasks (their `lmpo
+  train` processes die with their Ray workers) and leaves every run directory resumable;
+  with no `--address`, the local Ray the driver started is stopped too.
+
+Ray is an optional dependency (`pip install 'lmpo[ray]'`), imported only here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from lmpo.errors import ConfigError, LmpoError
+from lmpo.experiments.launcher import Outcome, start
+from lmpo.locks import LEASE_ENV, grant_lease
+
+PATH_MAP_ENV = "LMPO_PATH_MAP"
+RETRIES = 3  # attempts after the first that a run whose node went away gets
+FORWARDED = ("PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # and LMPO_*
+
+
+def node_path(path: str, mapping: str | None = None) -> str:
+    """`path` as this node sees it, through `LMPO_PATH_MAP` (or `mapping`): the first
+    `DRIVER_PREFIX=NODE_PREFIX` whose prefix starts the path rewrites it."""
+    mapping = os.environ.get(PATH_MAP_ENV, "") if mapping is None else mapping
+    for pair in filter(None, (p.strip() for p in mapping.split(";"))):
+        src, sep, dst = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"{PATH_MAP_ENV} entry {pair!r}: expected DRIVER_PREFIX=NODE_PREFIX")
+        src = src.rstrip("/")
+        if path == src or path.startswith(src + "/"):
+            return dst.rstrip("/") + path[len(src):]
+    return path
+
+
+def probe(out: str, token: str) -> tuple[str, str]:
+    """On a node: ('', view) if it reads the driver's token file under `out` and writes its
+    own; else (the error, view). `view` is `out` as the node sees it."""
+    view = node_path(out)
+    try:
+        got = (Path(view) / ".probe" / token).read_text()
+        if got != token:
+            raise OSError(f"read {got!r} where the driver wrote {token!r}")
+        mine = Path(view) / ".probe" / f"{token}-{socket.gethostname()}-{os.getpid()}"
+        mine.write_text(token)
+        mine.unlink()
+        return "", view
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}", view
+
+
+def run_command(command: list[str], log: str, env: dict, cwd: str) -> int:
+    """On a node: the run's command (this node's Python, its paths mapped), output appended
+    to `log`, started as the local pool starts it (forked from a server in this Ray worker
+    that imported the trainer once, so a worker pays the imports for its first run only);
+    returns its exit code (negative: killed by that signal). The run dies with the
+    worker."""
+    argv = [sys.executable, *(node_path(a) if a.startswith("/") else a for a in command[1:])]
+    proc = start(argv, Path(node_path(log)), os.environ | env, cwd=node_path(cwd))
+    return proc.wait()
+
+
+@dataclass
+class Node:
+    id: str
+    host: str
+    cpus: int
+    gpus: int
+    threads: int  # torch threads of each run on this node: cpus // jobs
+    busy: set = field(default_factory=set)  # run names placed here
+
+
+@dataclass
+class Task:
+    run: object
+    node: Node
+    ref: object
+
+
+class RayPool:
+    """The launcher `lmpo.experiments.sweep.execute` drives (see the module docstring)."""
+
+    name, retries = "ray", RETRIES
+
+    def __init__(self, jobs: int, out: Path, *, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--launcher ray needs Ray: pip install 'lmpo[ray]'") from None
+        self.ray, self.jobs, self.out = ray, jobs, Path(out)
+        self.started_ray = address is None
+        if self.started_ray:  # a local Ray sized to this machine, stopped by close()
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        self._remote_probe = ray.remote(num_cpus=0, max_retries=0)(probe)
+        self._remote_run = ray.remote(max_retries=0)(run_command)
+        self.tasks: dict[str, Task] = {}
+        self.nodes: dict[str, Node] = {}
+        self._previous_sigterm = signal.signal(signal.SIGTERM, _interrupt) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            self.refresh()
+            if not self.nodes:
+                raise LmpoError("the Ray cluster has no node with a CPU")
+            self.check_storage()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- the cluster
+    def refresh(self) -> None:
+        """The nodes alive now (a node that died takes its slots with it)."""
+        alive = {}
+        for n in self.ray.nodes():
+            cpus = int(n.get("Resources", {}).get("CPU", 0))
+            if n.get("Alive") and cpus >= 1:
+                old = self.nodes.get(n["NodeID"])
+                alive[n["NodeID"]] = old or Node(
+                    n["NodeID"], n.get("NodeManagerHostname") or n.get("NodeManagerAddress", "?"),
+                    cpus, int(n.get("Resources", {}).get("GPU", 0)), max(1, cpus // self.jobs))
+        self.nodes = alive
+
+    def check_storage(self) -> None:
+        """Every node reads and writes `out` (module docstring), or one line per node that
+        cannot."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        token = uuid.uuid4().hex
+        folder = self.out / ".probe"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / token).write_text(token)
+        try:
+            refs = {node.id: self._remote_probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
+            ).remote(str(self.out), token) for node in self.nodes.values()}
+            bad = []
+            for node_id, ref in refs.items():
+                error, view = self.ray.get(ref, timeout=120)
+                if error:
+                    node = self.nodes[node_id]
+                    bad.append(f"node {node.host} ({node_id[:12]}) cannot read and write the "
+                               f"sweep directory {view}: {error}")
+        finally:
+            (folder / token).unlink(missing_ok=True)
+        if bad:
+            raise LmpoError("; ".join(bad) + " (every node must see --out on a shared file "
+                            f"system; a node that mounts it elsewhere sets {PATH_MAP_ENV})")
+
+    # ---------------------------------------------------------------- the launcher
+    def free(self) -> bool:
+        self.refresh()
+        return any(len(n.busy) < self.jobs for n in self.nodes.values())
+
+    def start(self, run, env: dict) -> Task:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = min((n for n in self.nodes.values() if len(n.busy) < self.jobs),
+                   key=lambda n: (len(n.busy), n.host, n.id))
+        gpus = 1 if str(yaml.safe_load(Path(run.config).read_text()).get("device", "")
+                        ).startswith("cuda") else 0
+        if gpus and node.gpus < 1:
+            raise LmpoError(f"{run.name} asks for a GPU (device cuda) and node {node.host} "
+                            "has none")
+        token = grant_lease(run.run_dir, holder=f"{node.host} ({node.id[:12]})")
+        forwarded = {k: v for k, v in env.items()
+                     if k in FORWARDED or (k.startswith("LMPO_") and k != PATH_MAP_ENV)}
+        command = [*run.command(), f"threads={node.threads}"]
+        ref = self._remote_run.options(
+            num_cpus=node.threads, num_gpus=gpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
+        ).remote(command, str(run.log), forwarded | {LEASE_ENV: str(token)}, os.getcwd())
+        node.busy.add(run.name)
+        task = Task(run, node, ref)
+        self.tasks[run.name] = task
+        return task
+
+    def poll(self, task: Task) -> Outcome | None:
+        ready, _ = self.ray.wait([task.ref], timeout=0)
+        if not ready:
+            if task.node.id in self.nodes:
+                return None
+            self.ray.cancel(task.ref, force=True)  # its node is gone: the task with it
+            return self._finish(task, Outcome(None, f"node {task.node.host} died"))
+        try:
+            code = self.ray.get(task.ref)
+        except self.ray.exceptions.RayError as exc:  # the worker or its node died
+            return self._finish(task, Outcome(None, f"on node {task.node.host}: "
+                                                    f"{type(exc).__name__}"))
+        if code < 0:  # killed by a signal (the node going down, the OOM killer)
+            return self._finish(task, Outcome(code, f"killed by signal {-code} on node "
+                                                    f"{task.node.host}"))
+        return self._finish(task, Outcome(code))
+
+    def _finish(self, task: Task, outcome: Outcome) -> Outcome:
+        task.node.busy.discard(task.run.name)
+        self.tasks.pop(task.run.name, None)
+        return outcome
+
+    def where(self, task: Task) -> str:
+        return f" on {task.node.host} ({task.node.threads} threads)"
+
+    def describe(self) -> dict:
+        return {"launcher": self.name, "jobs": self.jobs,
+                "nodes": {n.host + " " + n.id[:12]: n.cpus for n in self.nodes.values()}}
+
+    def close(self) -> None:
+        """Cancel what still runs (the runs resume later) and stop the Ray this started."""
+        for task in list(self.tasks.values()):
+            try:
+                self.ray.cancel(task.ref, force=True)
+            except Exception:  # noqa: BLE001 - its node may be gone already
+                pass
+        self.tasks.clear()
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        if self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def _interrupt(signum, frame):  # SIGTERM ends the sweep as Ctrl-C does: tasks cancelled
+    raise KeyboardInterrupt(f"signal {signum}")
