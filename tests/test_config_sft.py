@@ -22,6 +22,7 @@ def test_yaml_and_overrides(tmp_path):
 @pytest.mark.parametrize("override,msg", [
     ("stpes=3", "unknown config key 'stpes' \\(did you mean 'steps'\\?\\)"),
     ("steps=many", "steps: expected int"),
+    ("steps=true", "steps: expected int, got True"),  # a bool is not a count
     ("lr=-1", "lr must be > 0"),
     ("steps", "must look like key=value"),
 ])

@@ -67,6 +67,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected float, got {value!r}") from None
     if tp is int and isinstance(value, float) and value.is_integer():
         return int(value)
+    if tp is int and isinstance(value, bool):  # bool is an int to isinstance, not to lmpo
+        raise ConfigError(f"{where}: expected int, got {value!r}")
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
     return value
