@@ -13,7 +13,6 @@ sweeps wrote the same metrics rows (timings aside).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -29,9 +28,9 @@ BASE = {"rollout": {"batch_size": 16, "pool_size": 64, "max_new_tokens": 8},
 
 
 def rows(out: Path) -> dict:
-    return {str(p.relative_to(out)): [{k: v for k, v in json.loads(x).items()
-                                        if not k.startswith("time/")}
-                                       for x in p.read_text().splitlines()]
+    from lmpo.trainer.checkpoint import untimed_rows
+
+    return {str(p.relative_to(out)): untimed_rows(p)
             for p in sorted((out / "runs").glob("*/seed*/metrics.jsonl"))}
 
 

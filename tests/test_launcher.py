@@ -5,7 +5,6 @@ killed with SIGKILL."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from lmpo.experiments import launcher
+from lmpo.trainer.checkpoint import untimed_rows
 
 SETTINGS = {"steps": 2, "rollout": {"batch_size": 8, "pool_size": 64, "max_new_tokens": 6},
             "log": {"eval_per_tier": 2, "eval_max_new_tokens": 4, "tensorboard": False,
@@ -36,8 +36,7 @@ def train_command(config: Path, run_dir: Path) -> list[str]:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
-            for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return untimed_rows(run_dir / "metrics.jsonl")
 
 
 def finish(proc, timeout=300) -> int:

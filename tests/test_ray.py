@@ -22,6 +22,7 @@ from lmpo.errors import LeaseLost, LmpoError  # noqa: E402
 from lmpo.experiments.ray_launcher import node_path  # noqa: E402
 from lmpo.experiments.sweep import compare  # noqa: E402
 from lmpo.locks import LEASE_ENV, check_lease, grant_lease, read_lease  # noqa: E402
+from lmpo.trainer.checkpoint import untimed_rows  # noqa: E402
 from tests.test_experiments import experiment  # noqa: E402
 
 JOBS = 2  # runs at once per node: 2 CPUs / 2 = 1 thread each, as the pool gives here
@@ -39,12 +40,8 @@ def cluster():
 
 def rows(out: Path) -> dict:
     """Every run's metrics rows without the wall-clock timings."""
-    got = {}
-    for path in sorted((out / "runs").glob("*/seed*/metrics.jsonl")):
-        got[str(path.relative_to(out))] = [
-            {k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
-            for line in path.read_text().splitlines()]
-    return got
+    return {str(p.relative_to(out)): untimed_rows(p)
+            for p in sorted((out / "runs").glob("*/seed*/metrics.jsonl"))}
 
 
 @pytest.fixture(scope="module")

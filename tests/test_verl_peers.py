@@ -233,6 +233,20 @@ def test_each_plugin_loss_equals_verls_own_in_every_mode(name, mode):
     torch.testing.assert_close(ga, gb, rtol=2e-8, atol=1e-14)
 
 
+def verl_bypass_reinforce(level, threshold, logp, old, adv, mask, mode):
+    """verl's bypass_mode loss with loss_type reinforce and `level` IS truncated at
+    `threshold`: (the log-probs it differentiates, its loss, its rollout correction)."""
+    from verl.trainer.config import RolloutCorrectionConfig
+
+    corr = RolloutCorrectionConfig(rollout_is=level, rollout_is_threshold=threshold,
+                                   bypass_mode=True, loss_type="reinforce")
+    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="bypass_mode",
+                                                    rollout_correction=corr))
+    lp = logp.clone().requires_grad_(True)
+    return lp, core_algos.get_policy_loss_fn("bypass_mode")(old, lp, adv, mask, mode, cfg)[0], \
+        corr
+
+
 @pytest.mark.parametrize("threshold", [2.0, 1.5])
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
 def test_verls_bypass_reinforce_with_token_is_is_cispo_on_rollout_log_probs(threshold, mode):
@@ -240,15 +254,8 @@ def test_verls_bypass_reinforce_with_token_is_is_cispo_on_rollout_log_probs(thre
     token-level IS truncated at `threshold`: -sg(min(r, threshold)) A log pi, which is lmpo's
     cispo with eps_low 1 (no lower bound) and eps_high threshold - 1, its old_logp the
     rollout's (rollout.old_logp: rollout, lmpo's default). Values and gradients, float64."""
-    from verl.trainer.config import RolloutCorrectionConfig
-
     logp, old, adv, mask, _ = wide_batch(3)
-    corr = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=threshold,
-                                   bypass_mode=True, loss_type="reinforce")
-    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="bypass_mode",
-                                                    rollout_correction=corr))
-    lp_a = logp.clone().requires_grad_(True)
-    theirs = core_algos.get_policy_loss_fn("bypass_mode")(old, lp_a, adv, mask, mode, cfg)[0]
+    lp_a, theirs, _ = verl_bypass_reinforce("token", threshold, logp, old, adv, mask, mode)
     lp_b = logp.clone().requires_grad_(True)
     tok, _ = get_loss("cispo", eps_low=1.0, eps_high=threshold - 1.0)(lp_b, old, adv, mask)
     ours = aggregate(tok, mask, mode)
@@ -264,16 +271,10 @@ def test_verls_bypass_reinforce_with_sequence_is_is_reinforce_seq_is(threshold, 
     directly and through the plugin (lmpo_reinforce_seq_is reads verl's rollout_is_threshold):
     values and gradients, float64. Log-ratios of scale 0.5 so that some rows' weights fall
     either side of the thresholds."""
-    from verl.trainer.config import RolloutCorrectionConfig
-
     logp, old, adv, mask, _ = wide_batch(4)
     logp = old + 0.5 * (logp - old)
-    corr = RolloutCorrectionConfig(rollout_is="sequence", rollout_is_threshold=threshold,
-                                   bypass_mode=True, loss_type="reinforce")
-    cfg = actor_config(policy_loss=PolicyLossConfig(loss_mode="bypass_mode",
-                                                    rollout_correction=corr))
-    lp_a = logp.clone().requires_grad_(True)
-    theirs = core_algos.get_policy_loss_fn("bypass_mode")(old, lp_a, adv, mask, mode, cfg)[0]
+    lp_a, theirs, corr = verl_bypass_reinforce("sequence", threshold, logp, old, adv, mask,
+                                               mode)
     lp_b = logp.clone().requires_grad_(True)
     tok, metrics = get_loss("reinforce_seq_is", threshold=threshold)(lp_b, old, adv, mask)
     ours = aggregate(tok, mask, mode)

@@ -79,17 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--list", action="store_true",
                     help="print each run's command line (for Slurm, Ray, ...) and exit")
     cp.add_argument("--engine", choices=("lmpo", "verl", "trl"), default="lmpo",
-                    help="verl: print (and write to OUT/verl.sh) a verl launch command per "
-                         "arm x seed with every matched setting mapped, and the arms verl "
-                         "cannot express with the setting named; runs nothing. trl: run each "
-                         "arm x seed through TRL's GRPOTrainer (in TRL's environment)")
+                    help="verl: print (and write OUT/verl.sh) a verl command per arm x seed, "
+                         "refused arms named, run nothing; trl: each run through TRL's GRPOTrainer")
     cp.add_argument("--strict", action="store_true",
                     help="with --engine verl: any refused arm is an error")
     cp.add_argument("--launcher", choices=("pool", "ray"), default="pool",
-                    help="pool: runs at once on this machine (default); ray: each run a Ray "
-                         "task, --jobs per node, on a shared --out (docs/cluster.md)")
-    cp.add_argument("--address", help="with --launcher ray: the cluster (auto, HOST:PORT); "
-                                      "default: a local Ray started and stopped here")
+                    help="pool: this machine; ray: a Ray task per run (docs/cluster.md)")
+    cp.add_argument("--address", help="--launcher ray's cluster (auto, HOST:PORT; default local)")
 
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")

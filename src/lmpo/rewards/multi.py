@@ -81,11 +81,9 @@ class MultiReward:
 
     def score(self, problems, completions, *, where: str = "sample", index=None,
               train: bool = False) -> tuple[list[Score | None], list[bool]]:
-        columns, correct = [], None
-        for reward in self.rewards:
-            got, ok = reward.score(problems, completions, where=where, index=index, train=train)
-            columns.append(got)
-            correct = ok if correct is None else correct
+        scored = [r.score(problems, completions, where=where, index=index, train=train)
+                  for r in self.rewards]
+        columns, correct = [got for got, _ in scored], scored[0][1]  # the checker's
         out: list[Score | None] = []
         for values in zip(*columns, strict=True):
             total = weighted_sum(values, self.weights)

@@ -268,6 +268,13 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
+def untimed_rows(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl without their wall-clock timings (time/*): what two
+    runs of one config at one thread count write identically, however they were launched
+    or interrupted."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_rows(path)]
+
+
 def truncate_rows(path: Path, last_step: int) -> None:
     """Keep only rows with step <= last_step (atomically rewritten)."""
     rows = [r for r in read_rows(path) if r.get("step", 0) <= last_step]
