@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from lmpo.errors import ConfigError
 from lmpo.experiments.engagement import below_floor, part_mediators
 from lmpo.experiments.stats import (
     EFFECTIVE,
@@ -130,7 +131,6 @@ def test_mediators_are_not_confounds_and_other_differences_are():
 
 
 def test_a_claim_cannot_declare_optimiser_steps_a_mediator():
-    from lmpo.errors import ConfigError
     from lmpo.experiments.spec import parse_experiment
 
     claim = {"kind": "direction", "metric": "m", "arms": ["a", "b"], "expect": "greater",
@@ -239,3 +239,44 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
     assert "dose_0.png" in rep["plots"] and (out / "dose_0.png").stat().st_size > 1000
     text = md.read_text()
     assert "### Dose-response" in text and "| L2 | 4.000 | 2.000 | 0.400" in text
+
+
+def test_an_arm_may_run_at_some_levels_only():
+    """An ablation run at L0 and the highest level alone: its runs exist there only, a claim
+    defaults to the levels its arms share, and a dose_response claim reads those levels."""
+    from lmpo.experiments.spec import parse_experiment
+
+    levels = {lv: {"dose": d} | ({"rollout": {"staleness": int(d)}} if d else {})
+              for lv, d in DOSES.items()}
+    claims = [{"kind": "direction", "metric": "m", "arms": ["a", "c"], "expect": "greater",
+               "sentence": "s", "min_effect": 0.1},
+              {"kind": "dose_response", "metric": "m", "arms": ["c", "b"], "expect": "greater",
+               "sentence": "s", "min_effect": 0.1}]
+    data = {"arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"},
+                     "c": {"preset": "cegppo", "levels": ["L0", "L2"],
+                           "overrides": {"loss": {"hparams": {"beta1": 1.0}}}}},
+            "steps": 1, "differs_in": ["loss"], "claims": claims,
+            "conditions": {"axis": "staleness", "levels": levels}}
+    exp = parse_experiment(data, "x", "x")
+    assert exp.to_dict()["arms"]["c"]["levels"] == ["L0", "L2"]
+    flat = exp.expand()
+    assert [a.name for a in flat.arms] == ["a@L0", "b@L0", "c@L0", "a@L1", "b@L1",
+                                           "a@L2", "b@L2", "c@L2"]
+    assert [c["arms"] for c in flat.claims if c["kind"] == "direction"] == [
+        ["a@L0", "c@L0"], ["a@L2", "c@L2"]]
+    [trend] = [c for c in flat.claims if c["kind"] == "dose_response"]
+    assert trend["by_level"] == {"L0": ["c@L0", "b@L0"], "L2": ["c@L2", "b@L2"]}
+    with pytest.raises(ConfigError, match=r"do not all run at \['L1'\]"):
+        parse_experiment(data | {"claims": [claims[0] | {"at": "L1"}]}, "x", "x")
+    for levels_given in (["L3"], [], ["L0", "L0"], "L0"):
+        bad = data | {"arms": data["arms"] | {"c": {"preset": "cegppo",
+                                                    "levels": levels_given}}}
+        with pytest.raises(ConfigError, match="levels must list distinct levels"):
+            parse_experiment(bad, "x", "x")
+    one = data | {"arms": data["arms"] | {"c": {"preset": "cegppo", "levels": ["L1"]}},
+                  "claims": [claims[1]]}
+    with pytest.raises(ConfigError, match="must share >= 2 levels; they share"):
+        parse_experiment(one, "x", "x")
+    plain = {k: v for k, v in data.items() if k != "conditions"} | {"claims": []}
+    with pytest.raises(ConfigError, match=r"conditions \(none\)"):
+        parse_experiment(plain, "x", "x")

@@ -14,7 +14,8 @@
                                              # (lmpo.experiments.frontier)
     conditions: {axis: staleness, levels: {L0: {dose: 0}, L1: {dose: 4, rollout: {...}}}}
                                              # optional: a condition axis applied to every
-                                             # arm (lmpo.experiments.conditions)
+                                             # arm (lmpo.experiments.conditions); an arm's
+                                             # `levels: [L0, L1]` runs it at those alone
     engaged_floor: 0.01                      # optional: the shadow distance below which a
                                              # pair's treatment did not engage (default:
                                              # the calibrated DEFAULT_FLOOR)
@@ -60,6 +61,7 @@ class Arm:
     name: str
     preset: str
     overrides: dict = field(default_factory=dict)
+    levels: list[str] | None = None  # with conditions: the levels it runs at (None: all)
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Experiment:
     def to_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "base": self.base,
                 "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
+                         | ({"levels": a.levels} if a.levels is not None else {})
                          for a in self.arms},
                 "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
                 "claims": self.claims} | ({"notes": self.notes} if self.notes else {}) \
@@ -100,6 +103,34 @@ class Experiment:
                if self.conditions else {}) \
             | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {})
 
+    def arm_levels(self, name: str) -> list[str | None]:
+        """The levels an arm runs at ([None] without conditions)."""
+        levels = self.arm(name).levels
+        return levels if levels is not None else level_names(self.conditions) or [None]
+
+    def shared_levels(self, arms: list[str]) -> list[str | None]:
+        """The levels every one of `arms` runs at, in the experiment's order."""
+        return [lv for lv in level_names(self.conditions) or [None]
+                if all(lv in self.arm_levels(a) for a in arms)]
+
+    def claim_levels(self, claim: dict, where: str) -> list[str | None]:
+        """The levels a claim is judged at: its `at` (default: every level its arms share);
+        a ConfigError where `at` names a level one of its arms does not run at."""
+        shared = self.shared_levels(claim["arms"])
+        if claim["kind"] == "dose_response":
+            if len(shared) < 2:
+                raise ConfigError(f"{where}: a dose_response claim's arms must share >= 2 "
+                                  f"levels; they share {shared}")
+            return shared
+        chosen = claim_levels(claim, self.conditions, where)
+        if "at" not in claim:
+            chosen = [lv for lv in chosen if lv in shared]
+        missing = [lv for lv in chosen if lv not in shared]
+        if missing or not chosen:
+            raise ConfigError(f"{where}: its arms {claim['arms']} do not all run at "
+                              f"{missing or 'any shared level'} (arms' `levels`)")
+        return chosen
+
     def expand(self) -> Experiment:
         """The experiment as its runs see it: arms x levels as arms `arm@level` (the level's
         overrides over the arm's), and claims one per level they are judged at (each with
@@ -111,16 +142,17 @@ class Experiment:
         names = level_names(self.conditions) or [None]
         arms = [Arm(run_arm(a.name, lv), a.preset, merge(
             a.overrides, self.conditions["levels"][lv]["overrides"]) if lv else a.overrides)
-            for lv in names for a in self.arms]
+            for lv in names for a in self.arms if lv in self.arm_levels(a.name)]
         primaries = any(c.get("primary") for c in self.claims)
         claims = []
         for i, claim in enumerate(self.claims):
+            shared = self.shared_levels(claim["arms"])
             if claim["kind"] == "dose_response":
                 claims.append(claim | {"index": i, "level": None, "role": "headline" if (
                     claim.get("primary") or not primaries) else "secondary", "by_level": {
-                    lv: [run_arm(a, lv) for a in claim["arms"]] for lv in names}})
+                    lv: [run_arm(a, lv) for a in claim["arms"]] for lv in shared}})
                 continue
-            for lv in claim_levels(claim, self.conditions, f"claims[{i}]"):
+            for lv in self.claim_levels(claim, f"claims[{i}]"):
                 role = "descriptive" if lv not in (None, names[0]) else \
                     "secondary" if primaries and not claim.get("primary") else "headline"
                 extra = {"comparator": run_arm(claim["comparator"], lv)} \
@@ -155,10 +187,12 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     arms = []
     for arm_name, spec in arms_raw.items():
         if not isinstance(spec, dict) or "preset" not in spec or \
-                set(spec) - {"preset", "overrides"}:
+                set(spec) - {"preset", "overrides", "levels"}:
             raise ConfigError(f"{where}: arm {arm_name!r} must be {{preset: NAME, overrides: "
-                              f"{{...}}}}, got {spec!r}")
-        arms.append(Arm(str(arm_name), str(spec["preset"]), dict(spec.get("overrides") or {})))
+                              f"{{...}}, levels: [...] (optional)}}, got {spec!r}")
+        arms.append(Arm(str(arm_name), str(spec["preset"]), dict(spec.get("overrides") or {}),
+                        [str(lv) for lv in spec["levels"]]
+                        if isinstance(spec.get("levels"), list) else spec.get("levels")))
     steps = data.get("steps")
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"{where}: steps must be an int >= 1, got {steps!r}")
@@ -195,10 +229,20 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                               "condition levels set for every arm")
         if "@" in arm.name:
             raise ConfigError(f"{where}: an arm name may not contain '@' (it joins a level)")
+        names = level_names(exp.conditions)
+        if arm.levels is not None and not (
+                names and isinstance(arm.levels, list) and arm.levels
+                and len(set(arm.levels)) == len(arm.levels)
+                and all(lv in names for lv in arm.levels)):
+            raise ConfigError(f"{where}: arm {arm.name!r}: levels must list distinct levels "
+                              f"of the experiment's conditions ({', '.join(names) or 'none'}), "
+                              f"got {arm.levels!r}")
     from lmpo.experiments.claims import check_claim
 
     for i, claim in enumerate(exp.claims):
         check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]", exp.conditions)
+        if exp.conditions:
+            exp.claim_levels(claim, f"{where}: claims[{i}]")
     return exp
 
 
