@@ -268,6 +268,9 @@ def test_an_arm_may_run_at_some_levels_only():
     assert trend["by_level"] == {"L0": ["c@L0", "b@L0"], "L2": ["c@L2", "b@L2"]}
     with pytest.raises(ConfigError, match=r"do not all run at \['L1'\]"):
         parse_experiment(data | {"claims": [claims[0] | {"at": "L1"}]}, "x", "x")
+    via_c = data | {"claims": [claims[0] | {"arms": ["a", "b"], "comparator": "c"}]}
+    assert [c["level"] for c in parse_experiment(via_c, "x", "x").expand().claims] == [
+        "L0", "L2"]  # its comparator runs at L0 and L2 alone
     for levels_given in (["L3"], [], ["L0", "L0"], "L0"):
         bad = data | {"arms": data["arms"] | {"c": {"preset": "cegppo",
                                                     "levels": levels_given}}}

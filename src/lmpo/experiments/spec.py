@@ -116,7 +116,7 @@ class Experiment:
     def claim_levels(self, claim: dict, where: str) -> list[str | None]:
         """The levels a claim is judged at: its `at` (default: every level its arms share);
         a ConfigError where `at` names a level one of its arms does not run at."""
-        shared = self.shared_levels(claim["arms"])
+        shared = self.shared_levels(claim_arms(claim))
         if claim["kind"] == "dose_response":
             if len(shared) < 2:
                 raise ConfigError(f"{where}: a dose_response claim's arms must share >= 2 "
@@ -127,7 +127,7 @@ class Experiment:
             chosen = [lv for lv in chosen if lv in shared]
         missing = [lv for lv in chosen if lv not in shared]
         if missing or not chosen:
-            raise ConfigError(f"{where}: its arms {claim['arms']} do not all run at "
+            raise ConfigError(f"{where}: its arms {claim_arms(claim)} do not all run at "
                               f"{missing or 'any shared level'} (arms' `levels`)")
         return chosen
 
@@ -146,7 +146,7 @@ class Experiment:
         primaries = any(c.get("primary") for c in self.claims)
         claims = []
         for i, claim in enumerate(self.claims):
-            shared = self.shared_levels(claim["arms"])
+            shared = self.shared_levels(claim_arms(claim))
             if claim["kind"] == "dose_response":
                 claims.append(claim | {"index": i, "level": None, "role": "headline" if (
                     claim.get("primary") or not primaries) else "secondary", "by_level": {
@@ -162,6 +162,11 @@ class Experiment:
                     "role": role, "base_arms": claim["arms"]})
         return replace(self, arms=arms, claims=claims, flat=True,
                        differs_in=self.differs_in + level_keys(self.conditions))
+
+
+def claim_arms(claim: dict) -> list[str]:
+    """The arms a claim reads: its own and its comparator."""
+    return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else [])]
 
 
 def _seeds(value, where: str) -> list[int]:
