@@ -75,7 +75,7 @@ $(VERL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	touch $@
 
 $(TRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
-	.ci/install-env $(TRL_VENV) -e '.[dev,trl]'
+	.ci/install-env $(TRL_VENV) -e '.[dev,trl,ray]'
 	touch $@
 
 $(SKYRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
@@ -87,7 +87,7 @@ test-verl: $(VERL_VENV)/.installed-stamp
 	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py)
 
 test-trl: $(TRL_VENV)/.installed-stamp
-	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py tests/test_engine_envs.py)
+	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py tests/test_engine_envs.py tests/test_ray_trl.py)
 
 test-skyrl: $(SKYRL_VENV)/.installed-stamp
 	$(call run_pytest,$(SKYRL_VENV)/bin/python,tests/test_skyrl.py)

@@ -43,6 +43,8 @@ from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.launcher import Outcome, start
 from lmpo.locks import LEASE_ENV, grant_lease
 
+PROBE_TIMEOUT_S = 300  # a node's first worker starts Python and imports lmpo
+
 PATH_MAP_ENV = "LMPO_PATH_MAP"
 RETRIES = 3  # attempts after the first that a run whose node went away gets
 FORWARDED = ("PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # and LMPO_*
@@ -166,7 +168,13 @@ class RayPool:
             ).remote(str(self.out), token) for node in self.nodes.values()}
             bad = []
             for node_id, ref in refs.items():
-                error, view = self.ray.get(ref, timeout=120)
+                try:
+                    error, view = self.ray.get(ref, timeout=PROBE_TIMEOUT_S)
+                except self.ray.exceptions.GetTimeoutError:
+                    node = self.nodes[node_id]
+                    raise LmpoError(f"node {node.host} ({node_id[:12]}) did not answer the "
+                                    f"storage probe within {PROBE_TIMEOUT_S} s (no worker "
+                                    "started there: is the node overloaded?)") from None
                 if error:
                     node = self.nodes[node_id]
                     bad.append(f"node {node.host} ({node_id[:12]}) cannot read and write the "

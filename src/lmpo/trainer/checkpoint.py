@@ -268,11 +268,15 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
+WALL_CLOCK = ("trl/step_time",)  # timings an engine logs outside time/*
+
+
 def untimed_rows(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl without their wall-clock timings (time/*): what two
-    runs of one config at one thread count write identically, however they were launched
-    or interrupted."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_rows(path)]
+    """The rows of a metrics.jsonl without their wall-clock timings (time/*, TRL's step
+    time): what two runs of one config at one thread count write identically, however they
+    were launched or interrupted."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in WALL_CLOCK}
+            for r in read_rows(path)]
 
 
 def truncate_rows(path: Path, last_step: int) -> None:
