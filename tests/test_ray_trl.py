@@ -15,19 +15,16 @@ from lmpo.experiments.spec import load_experiment  # noqa: E402
 from lmpo.experiments.sweep import compare  # noqa: E402
 from lmpo.locks import read_lease  # noqa: E402
 from tests.test_ray import JOBS, cluster, rows  # noqa: E402, F401  (cluster: the fixture)
+from tests.test_trl import tiny_sweep_base  # noqa: E402
 
 
 def test_trl_runs_on_the_cluster_write_the_pools_rows(cluster, tmp_path,  # noqa: F811
                                                       tiny_policy_dir):
     c, workers = cluster
-    base = {"policy": str(tiny_policy_dir),
-            "rollout": {"batch_size": 8, "group_size": 4, "pool_size": 32, "max_new_tokens": 8},
-            "optim": {"minibatches": 2},
-            "log": {"eval_per_tier": 4, "eval_max_new_tokens": 8, "eval_samples": 1,
-                    "eval_temperature": 0.0, "tensorboard": False}}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({
-        "base": base, "arms": {"grpo": {"preset": "grpo"}, "cegppo": {"preset": "cegppo"}},
+        "base": tiny_sweep_base(tiny_policy_dir),
+        "arms": {"grpo": {"preset": "grpo"}, "cegppo": {"preset": "cegppo"}},
         "seeds": [0], "steps": 3, "differs_in": ["loss"], "claims": []}))
     exp = load_experiment(path)
     assert compare(exp, tmp_path / "pool", jobs=JOBS, live=False, engine="trl") == 0

@@ -188,6 +188,15 @@ def test_trl_loss_types_equal_trls_own_loss(tmp_path, loss_type, loss, args_kw):
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-7)
 
 
+def tiny_sweep_base(policy) -> dict:
+    """An experiment's base for tiny TRL runs of a few seconds each."""
+    return {"policy": str(policy),
+            "rollout": {"batch_size": 8, "group_size": 4, "pool_size": 32, "max_new_tokens": 8},
+            "optim": {"minibatches": 2},
+            "log": {"eval_per_tier": 4, "eval_max_new_tokens": 8, "eval_samples": 1,
+                    "eval_temperature": 0.0, "tensorboard": False}}
+
+
 def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy_dir):
     """`lmpo compare --engine trl`: a 2-arm x 2-seed x 3-step sweep through GRPOTrainer (one
     process per run), in lmpo's run-directory layout, and its report; an arm TRL cannot
@@ -199,11 +208,7 @@ def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy
     from lmpo.cli import main
     from lmpo.experiments.report import report
 
-    base = {"policy": str(tiny_policy_dir), "threads": 1,
-            "rollout": {"batch_size": 8, "group_size": 4, "pool_size": 32, "max_new_tokens": 8},
-            "optim": {"minibatches": 2},
-            "log": {"eval_per_tier": 4, "eval_max_new_tokens": 8, "eval_samples": 1,
-                    "eval_temperature": 0.0, "tensorboard": False}}
+    base = tiny_sweep_base(tiny_policy_dir) | {"threads": 1}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({
         "base": base, "arms": {"grpo": {"preset": "grpo"}, "cegppo": {"preset": "cegppo"},
