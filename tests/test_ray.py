@@ -3,12 +3,15 @@
 worker nodes of 2 CPUs each, loopback only, one cluster for the whole file. Against the
 local pool: the same rows; a worker node killed mid-sweep (not gracefully): its runs
 finish on the other with the rows of an uninterrupted sweep; a node that cannot see the
-sweep directory: one line naming it; the resource mapping; the fencing lease."""
+sweep directory: one line naming it; the resource mapping; the fencing lease. And
+`--engine verl --launcher ray`: each verl launch a Ray job (the job API of the head's
+dashboard), with a stand-in for verl's trainer: verl itself does not run here."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +34,9 @@ JOBS = 2  # runs at once per node: 2 CPUs / 2 = 1 thread each, as the pool gives
 @pytest.fixture(scope="module")
 def cluster():
     os.environ.pop("RAY_ADDRESS", None)
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # a job's shell finds `lmpo` and `python` on PATH, as on a cluster with lmpo installed
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True})
     workers = [c.add_node(num_cpus=2) for _ in range(2)]
     c.wait_for_nodes()
     yield c, workers
@@ -153,3 +158,132 @@ def test_a_killed_node_s_runs_finish_on_the_other_with_the_same_rows(cluster, po
     workers[1] = c.add_node(num_cpus=2)  # the next test gets its two workers back
     c.wait_for_nodes()
 
+
+
+# ------------------------------------------------ --engine verl --launcher ray (Ray jobs)
+STAND_IN = """
+import json, os, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[1:])
+name, ctl = args["trainer.experiment_name"], os.environ["LMPO_STANDIN"]
+open(f"{ctl}/trace", "a").write(f"start {name}\\n")
+assert os.path.exists(args["data.train_files"]), "the export did not run first"
+print("stand-in:", name, args["actor_rollout_ref.actor.policy_loss.loss_mode"],
+      args["actor_rollout_ref.model.path"], flush=True)
+while os.path.exists(f"{ctl}/hold"):
+    time.sleep(0.1)
+fail = name in open(f"{ctl}/fail").read().split()
+if not fail:
+    with open(os.environ["VERL_FILE_LOGGER_PATH"], "a") as f:
+        f.write(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5}}) + "\\n")
+open(f"{ctl}/trace", "a").write(f"end {name}\\n")
+sys.exit(f"stand-in: failing {name}" if fail else 0)
+"""
+
+
+@pytest.fixture
+def verl_jobs(cluster, tiny_policy_dir, tmp_path, monkeypatch):
+    """(submit(), the control folder): a tiny two-arm experiment submitted as Ray jobs to
+    the test cluster's dashboard, the stand-in in place of verl's trainer."""
+    from lmpo.experiments.verl_jobs import submit_verl_sweep
+
+    c, _ = cluster
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    (ctl / "fail").write_text("")
+    (ctl / "stand_in.py").write_text(STAND_IN)
+    for var, value in {"MODEL_PATH": "/models/m", "GPUS_PER_NODE": "1", "NNODES": "1",
+                       "MICRO_BATCH": "2", "DATA": str(tmp_path / "data"),
+                       "LMPO_STANDIN": str(ctl)}.items():
+        monkeypatch.setenv(var, value)
+    one = {"optim": {"minibatches": 1}}  # verl splits the tiny batch's prompts no further
+    exp = experiment(tmp_path, tiny_policy_dir, seeds=2, steps=2, arms={
+        "grpo": {"preset": "grpo", "overrides": one},
+        "cegppo": {"preset": "cegppo", "overrides": one}})
+    dashboard = "http://" + c.head_node.address_info["webui_url"]
+
+    def submit(**kw):
+        return submit_verl_sweep(exp, str(tmp_path / "exp.yaml"), str(tmp_path / "out"),
+                                 address=dashboard, jobs=1, poll_s=0.3,
+                                 entrypoint=f"python {ctl / 'stand_in.py'}", **kw)
+    return submit, ctl
+
+
+def job_record(out: Path) -> dict:
+    return json.loads((out / "verl_jobs.json").read_text())
+
+
+def test_verl_jobs_need_the_placeholders_set(tiny_policy_dir, tmp_path, monkeypatch):
+    from lmpo.errors import ConfigError
+    from lmpo.experiments.verl_jobs import submit_verl_sweep
+
+    for var in ("MODEL_PATH", "DATA", "NNODES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GPUS_PER_NODE", "1")
+    monkeypatch.setenv("MICRO_BATCH", "2")
+    exp = experiment(tmp_path, tiny_policy_dir, seeds=1, steps=2)
+    with pytest.raises(ConfigError, match=r"set MODEL_PATH, NNODES, DATA in the environment"):
+        submit_verl_sweep(exp, "x.yaml", str(tmp_path / "out"), address="http://x:1")
+    assert not (tmp_path / "out").exists()  # nothing written, nothing submitted
+
+
+def test_verl_runs_as_ray_jobs_one_at_a_time_a_failure_resubmitted_on_rerun(verl_jobs,
+                                                                            tmp_path):
+    """The data exported once before any run, the runs one at a time (--jobs 1), each job's
+    log and verl's metrics in its run directory; a failed run is reported with its last
+    line, and a rerun submits it alone again (attempt 2), leaving the rest."""
+    submit, ctl = verl_jobs
+    out = tmp_path / "out"
+    (ctl / "fail").write_text("grpo-seed1")
+    assert submit() == 1
+    first = job_record(out)
+    runs = {k: v for k, v in first.items() if not k.startswith("export ")}
+    assert sorted(runs) == ["cegppo/seed0", "cegppo/seed1", "grpo/seed0", "grpo/seed1"]
+    assert {k: v["status"] for k, v in runs.items()} == {
+        "cegppo/seed0": "SUCCEEDED", "cegppo/seed1": "SUCCEEDED", "grpo/seed0": "SUCCEEDED",
+        "grpo/seed1": "FAILED"}
+    exports = [v for k, v in first.items() if k.startswith("export ")]
+    assert exports and all(v["status"] == "SUCCEEDED" for v in exports)
+    trace = (ctl / "trace").read_text().splitlines()  # never two runs at once:
+    assert len(trace) == 8 and all(  # each start followed by its own end
+        s == f"start {n}" and e == f"end {n}"
+        for s, e, n in zip(trace[0::2], trace[1::2], [x.split()[1] for x in trace[0::2]],
+                           strict=True))
+    log = (out / "runs" / "grpo" / "seed1" / "job.log").read_text()
+    assert "stand-in: failing grpo-seed1" in log
+    ok = out / "runs" / "cegppo" / "seed0"
+    assert "stand-in: cegppo-seed0 lmpo_cegppo /models/m" in (ok / "job.log").read_text()
+    assert json.loads((ok / "verl.jsonl").read_text())["data"]["critic/score/mean"] == 0.5
+    (ctl / "fail").write_text("")
+    (ctl / "trace").write_text("")
+    assert submit() == 0
+    second = job_record(out)
+    assert second["grpo/seed1"]["status"] == "SUCCEEDED" and second["grpo/seed1"]["attempt"] == 2
+    assert {k: v["submission_id"] for k, v in second.items() if k != "grpo/seed1"} == \
+        {k: v["submission_id"] for k, v in first.items() if k != "grpo/seed1"}
+    assert (ctl / "trace").read_text().splitlines() == ["start grpo-seed1", "end grpo-seed1"]
+
+
+def test_interrupting_the_driver_stops_its_verl_jobs_and_a_rerun_finishes(verl_jobs,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    from lmpo.experiments import verl_jobs as module
+
+    submit, ctl = verl_jobs
+    out = tmp_path / "out"
+    (ctl / "hold").write_text("")  # the first run waits until released
+
+    def interrupt_once_running(seconds):  # once a verl run (not an export) runs
+        if any(v["status"] == "RUNNING" and not k.startswith("export ")
+               for k, v in job_record(out).items()):
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    monkeypatch.setattr(module, "wait", interrupt_once_running)
+    with pytest.raises(KeyboardInterrupt):
+        submit()
+    stopped = [k for k, v in job_record(out).items() if v["status"] == "STOPPED"]
+    assert len(stopped) == 1 and not stopped[0].startswith("export ")
+    (ctl / "hold").unlink()
+    monkeypatch.setattr(module, "wait", time.sleep)
+    assert submit() == 0
+    assert job_record(out)[stopped[0]]["attempt"] == 2

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from lmpo import __version__
+from lmpo.cli_experiments import add_experiment_parsers, cmd_compare, cmd_report
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.extras import missing_extra
 
@@ -67,35 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--system-prompt", help="chat format: a system turn before each problem")
     ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
 
-    cp = sub.add_parser("compare", help="run every arm x seed of an experiment (resumable)")
-    cp.add_argument("--config", required=True,
-                    help="an experiment preset name (`lmpo presets`) or a YAML file")
-    cp.add_argument("--out", help="the sweep's directory (rerun to resume); with --engine "
-                                  "verl optional: where verl.sh and the runs' logs go")
-    cp.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the file's")
-    cp.add_argument("--steps", type=int, help="override the experiment's steps")
-    cp.add_argument("--jobs", type=int, default=1,
-                    help="runs at once; each gets cores / jobs torch threads")
-    cp.add_argument("--list", action="store_true",
-                    help="print each run's command line (for Slurm, Ray, ...) and exit")
-    cp.add_argument("--engine", choices=("lmpo", "verl", "trl"), default="lmpo",
-                    help="verl: print (and write OUT/verl.sh) a verl command per arm x seed, "
-                         "refused arms named, run nothing; trl: each run through TRL's GRPOTrainer")
-    cp.add_argument("--strict", action="store_true",
-                    help="with --engine verl: any refused arm is an error")
-    cp.add_argument("--launcher", choices=("pool", "ray"), default="pool",
-                    help="pool: this machine; ray: a Ray task per run (docs/cluster.md)")
-    cp.add_argument("--address", help="--launcher ray's cluster (auto, HOST:PORT; default local)")
-
-    rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
-    rp.add_argument("dir", help="a `lmpo compare --out` directory")
-    rp.add_argument("--out", help="where report.md goes (default DIR/report.md)")
-    rp.add_argument("--rejudge", metavar="EXPERIMENT",
-                    help="DIR is a committed report folder: re-judge its report.json by "
-                         "today's rules with EXPERIMENT's claims (config audit from its data)")
-    rp.add_argument("--readme", metavar="PAPER",
-                    help="also print the claims as rows of the README's Results table, "
-                         "with PAPER in the first column")
+    add_experiment_parsers(sub)
 
     ex = sub.add_parser("export-data", help="a task as verl data: train/test parquet in "
                                             "verl's schema and a reward-function file")
@@ -119,58 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rewrite the methods table between FILE's markers "
                          "(docs/methods-reference.md)")
     return parser
-
-
-def cmd_compare(args) -> int:
-    from lmpo.experiments.spec import load_experiment
-    from lmpo.experiments.sweep import compare
-
-    exp = load_experiment(args.config)
-    if args.seeds is not None:
-        if args.seeds < 1:
-            raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
-        exp.seeds = list(range(args.seeds))
-    if args.steps is not None:
-        if args.steps < 1:
-            raise ConfigError(f"--steps must be >= 1, got {args.steps}")
-        exp.steps = args.steps
-    if args.engine == "verl":
-        from lmpo.experiments.verl_launch import print_verl_sweep
-
-        return print_verl_sweep(exp, args.config, args.out, strict=args.strict)
-    if not args.out:
-        raise ConfigError("--out is required (the sweep's directory)")
-    if args.engine == "trl":
-        import importlib.util
-
-        if importlib.util.find_spec("trl") is None:
-            raise ConfigError("--engine trl runs in an environment with TRL installed "
-                              "(pip install -e '.[trl]'; make test-trl builds .venv-trl)")
-    if args.address and args.launcher != "ray":
-        raise ConfigError("--address is for --launcher ray")
-    return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine,
-                   launcher_name=args.launcher, address=args.address)
-
-
-def cmd_report(args) -> int:
-    from lmpo.experiments.report import report
-
-    if args.rejudge:
-        from lmpo.experiments.rejudge import rejudge
-
-        out = rejudge(args.dir, args.rejudge)
-        print(f"re-judged: {out}")
-    else:
-        out = report(args.dir, args.out)
-    if args.readme:
-        import os
-
-        from lmpo.experiments.results import HEADER, load, readme_rows
-
-        link = os.path.relpath(out, Path.cwd())
-        print("\n".join(HEADER + readme_rows(load(out.with_suffix(".json")), args.readme,
-                                              link)))
-    return 0
 
 
 def version_line() -> str:

@@ -34,6 +34,7 @@ from lmpo.losses import default_aggregation, loss_hparams, loss_meta
 
 LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
 VERL_LOG = "verl.jsonl"  # verl's FileLogger output in an lmpo run directory
+ENTRYPOINT = "python -m verl.trainer.main_ppo"  # what starts verl's trainer
 KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # lmpo estimator -> verl's name
 FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}  # optim.dtype -> verl's precision name
 # what the user supplies: the model, the machines, the per-GPU micro-batch (memory), and
@@ -58,12 +59,12 @@ class Launch:
 
     log: str = ""  # where verl's file logger writes (VERL_FILE_LOGGER_PATH)
 
-    def command(self) -> str:
-        parts = ([f"VERL_FILE_LOGGER_PATH={shlex.quote(self.log)}"] if self.log else []) \
-            + ["python", "-m", "verl.trainer.main_ppo"]
-        parts += [f"{k}={hydra_value(v)}" for k, v in self.settings.items()]
-        return " ".join(p if p.startswith(("$", "+", "VERL_FILE_LOGGER_PATH=")) or "$" in p
-                        else shlex.quote(p) for p in parts)
+    def command(self, entrypoint: str = ENTRYPOINT) -> str:
+        """The shell command; `entrypoint` starts verl's trainer (written as given)."""
+        parts = [f"{k}={hydra_value(v)}" for k, v in self.settings.items()]
+        log = [f"VERL_FILE_LOGGER_PATH={shlex.quote(self.log)}"] if self.log else []
+        return " ".join(log + [entrypoint] + [p if p.startswith(("$", "+")) or "$" in p
+                                               else shlex.quote(p) for p in parts])
 
 
 def hydra_value(v) -> str:
@@ -228,7 +229,8 @@ def launch(exp, arm, seed: int, out=None) -> Launch:
     return run
 
 
-def verl_lines(exp, config_path: str, out=None) -> tuple[list[str], int, int]:
+def verl_lines(exp, config_path: str, out=None,
+               entrypoint: str = ENTRYPOINT) -> tuple[list[str], int, int]:
     """The lines `lmpo compare --engine verl` prints: one `lmpo export-data` per data folder,
     one verl command per launchable arm x seed, a comment per refused arm; with the
     numbers of launched and refused runs. With `out`, the compare directory's
@@ -249,7 +251,7 @@ def verl_lines(exp, config_path: str, out=None) -> tuple[list[str], int, int]:
         if run.refused:
             refused_arms.setdefault(run.arm, run.refused)
         else:
-            lines.append(run.command())
+            lines.append(run.command(entrypoint))
     for arm, why in refused_arms.items():
         lines.append(f"# refused: arm {arm}: " + "; ".join(why))
     launched = sum(not r.refused for r in runs)
@@ -273,7 +275,8 @@ def write_plan(exp, out) -> None:
             (out / "runs" / arm.name / f"seed{seed}").mkdir(parents=True, exist_ok=True)
 
 
-def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool) -> int:
+def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool,
+                     entrypoint: str = ENTRYPOINT) -> int:
     """`lmpo compare --engine verl`: print the lines (and with `out`, write verl.sh and the
     compare directory's plan); 1 if no arm maps, or with `strict` if any is refused."""
     import sys
@@ -282,7 +285,7 @@ def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool) ->
     out = Path(out) if out else None  # without it: print only
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    lines, launched, refused = verl_lines(exp, config_path, out)
+    lines, launched, refused = verl_lines(exp, config_path, out, entrypoint)
     header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
               "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
     if out:
