@@ -180,6 +180,13 @@ sys.exit(f"stand-in: failing {name}" if fail else 0)
 """
 
 
+def verl_experiment(tmp_path, policy, seeds):
+    one = {"optim": {"minibatches": 1}}  # verl splits the tiny batch's prompts no further
+    return experiment(tmp_path, policy, seeds=seeds, steps=2, arms={
+        "grpo": {"preset": "grpo", "overrides": one},
+        "cegppo": {"preset": "cegppo", "overrides": one}})
+
+
 @pytest.fixture
 def verl_jobs(cluster, tiny_policy_dir, tmp_path, monkeypatch):
     """(submit(), the control folder): a tiny two-arm experiment submitted as Ray jobs to
@@ -195,10 +202,7 @@ def verl_jobs(cluster, tiny_policy_dir, tmp_path, monkeypatch):
                        "MICRO_BATCH": "2", "DATA": str(tmp_path / "data"),
                        "LMPO_STANDIN": str(ctl)}.items():
         monkeypatch.setenv(var, value)
-    one = {"optim": {"minibatches": 1}}  # verl splits the tiny batch's prompts no further
-    exp = experiment(tmp_path, tiny_policy_dir, seeds=2, steps=2, arms={
-        "grpo": {"preset": "grpo", "overrides": one},
-        "cegppo": {"preset": "cegppo", "overrides": one}})
+    exp = verl_experiment(tmp_path, tiny_policy_dir, seeds=2)
     dashboard = "http://" + c.head_node.address_info["webui_url"]
 
     def submit(**kw):
@@ -212,7 +216,8 @@ def job_record(out: Path) -> dict:
     return json.loads((out / "verl_jobs.json").read_text())
 
 
-def test_verl_jobs_need_the_placeholders_set(tiny_policy_dir, tmp_path, monkeypatch):
+def test_verl_jobs_need_the_placeholders_and_a_reachable_job_api(tiny_policy_dir, tmp_path,
+                                                                monkeypatch):
     from lmpo.errors import ConfigError
     from lmpo.experiments.verl_jobs import submit_verl_sweep
 
@@ -220,10 +225,14 @@ def test_verl_jobs_need_the_placeholders_set(tiny_policy_dir, tmp_path, monkeypa
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GPUS_PER_NODE", "1")
     monkeypatch.setenv("MICRO_BATCH", "2")
-    exp = experiment(tmp_path, tiny_policy_dir, seeds=1, steps=2)
+    exp = verl_experiment(tmp_path, tiny_policy_dir, seeds=1)
     with pytest.raises(ConfigError, match=r"set MODEL_PATH, NNODES, DATA in the environment"):
         submit_verl_sweep(exp, "x.yaml", str(tmp_path / "out"), address="http://x:1")
     assert not (tmp_path / "out").exists()  # nothing written, nothing submitted
+    for var in ("MODEL_PATH", "DATA", "NNODES"):
+        monkeypatch.setenv(var, "1")
+    with pytest.raises(LmpoError, match=r"cannot reach Ray's job API at http://127.0.0.1:1 "):
+        submit_verl_sweep(exp, "x.yaml", str(tmp_path / "out"), address="http://127.0.0.1:1")
 
 
 def test_verl_runs_as_ray_jobs_one_at_a_time_a_failure_resubmitted_on_rerun(verl_jobs,

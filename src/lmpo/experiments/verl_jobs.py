@@ -18,8 +18,8 @@ to each job (its runtime environment's `env_vars`, with `LMPO_*`).
   written `verl.jsonl` there for `lmpo report`. Rerunning the command skips what
   succeeded, re-attaches to what still runs and submits again (attempt + 1) what
   failed, was stopped, or is unknown to the cluster.
-- **Stopping.** Ctrl-C or `kill` of the driver stops the jobs this call submitted that
-  are still running (`stop_job`) and records them as stopped; a rerun submits them
+- **Stopping.** Ctrl-C or `kill` of the driver stops the sweep's jobs that still run
+  (`stop_job`, waiting for them to end) and records them as stopped; a rerun submits them
   again (verl resumes from its own checkpoints, `trainer.resume_mode`).
 
 The entrypoint that starts verl's trainer is `python -m verl.trainer.main_ppo` unless
@@ -104,7 +104,6 @@ class JobSweep:
                  say=print):
         self.client, self.jobs, self.out = client, jobs, out
         self.at_once, self.env, self.say = at_once, env, say
-        self.submitted_here: set[str] = set()
         self._restore()
 
     # ------------------------------------------------------------ the record
@@ -143,7 +142,6 @@ class JobSweep:
         self.client.submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
                                runtime_env={"env_vars": self.env})
         job.status = "PENDING"
-        self.submitted_here.add(job.name)
         self.say(f"submitted {job.name} as {job.submission_id}")
         self.save()
 
@@ -199,9 +197,9 @@ class JobSweep:
         return 0 if done == len(self.jobs) else 1
 
     def stop(self) -> None:
-        """Stop what this call submitted and still runs; a rerun submits it again."""
+        """Stop the sweep's jobs that still run; a rerun submits them again."""
         for job in self.jobs:
-            if job.name in self.submitted_here and job.status in ("PENDING", "RUNNING"):
+            if job.status in ("PENDING", "RUNNING"):
                 try:
                     self.client.stop_job(job.submission_id)
                     deadline = time.monotonic() + STOP_WAIT_S  # no second writer on rerun
@@ -269,7 +267,11 @@ def connect(address: str | None):
         raise ConfigError("--launcher ray needs Ray's job API: pip install 'lmpo[ray]'") \
             from None
     if address:
-        return JobSubmissionClient(address), False
+        try:
+            return JobSubmissionClient(address), False
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise LmpoError(f"cannot reach Ray's job API at {address} (the head's "
+                            f"dashboard, http://HEAD:8265): {exc}") from None
     ctx = ray.init(num_cpus=os.cpu_count(), include_dashboard=True, log_to_driver=False,
                    configure_logging=False)
     return JobSubmissionClient(f"http://{ctx.dashboard_url}"), True
