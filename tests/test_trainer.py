@@ -213,11 +213,11 @@ def test_end_to_end_learning_raises_reward(sft_run, tmp_path, preset, steps, ext
     update does nothing or pushes the wrong way (e.g. a flipped advantage sign drives the
     reward down). The probe's own noise (sd 0.006 over ten probe seeds) is well under the
     margin; that of the former 1024-sample probe (sd 0.017) was not: its draw for the warm
-    start sat 1.5 sd high and this test failed on a CPU where it had passed on another. Observed, seeds 0-5, on a
-    2-core AMD EPYC (warm start 0.596): grpo (50 steps) +0.052 to +0.085 (seed 0 +0.070);
-    ppo_clip (25 steps), seeds 0-2, +0.074, +0.074, +0.090. On an Intel Xeon (AMX),
-    whose warm start differs in rounding, the gains were larger (grpo +0.135, +0.105 on
-    the smaller probe); twice the steps gave no larger gains on either."""
+    start sat 1.5 sd high and this test failed on a CPU where it had passed on another.
+    Observed on a 2-core AMD EPYC (warm start 0.596): grpo (50 steps), seeds 0-5, +0.052
+    to +0.085 (seed 0 +0.070); ppo_clip (25 steps), seeds 0-2, +0.074, +0.074, +0.090. On
+    an Intel Xeon (AMX), whose warm start differs in rounding, the gains were larger (grpo
+    +0.135, +0.105 on the smaller probe); twice the steps gave no larger gains on either."""
     policy_dir, _ = sft_run
     cfg = load_config(TrainConfig, preset, [
         f"policy={policy_dir}", f"steps={steps}", "log.eval_every=1000", "log.eval_per_tier=10",
