@@ -23,7 +23,8 @@ SRC = ROOT / "src" / "lmpo"
 LAYERS = ["__init__", "errors", "extras", "domains", "registry", "masked", "logprobs", "welford",
           "faults", "locks", "user_modules", "cache", "presets", "config", "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
-          "reward_model_training", "trainer", "methods", "experiments", "integrations", "cli",
+          "reward_model_training", "trainer", "methods", "experiments", "integrations",
+          "cli_experiments", "cli",
           "__main__"]
 
 
