@@ -32,7 +32,7 @@ CFG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 def mappable():
     out = []
     for path in EXPERIMENTS:
-        exp = load_experiment(path)
+        exp = load_experiment(path).expand()  # arms x condition levels
         for arm in exp.arms:
             run = launch(exp, arm, exp.seeds[0])
             if not run.refused:
