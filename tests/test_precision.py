@@ -110,21 +110,22 @@ def last_logits(model, ids, fast: bool):
         return model(input_ids=ids, attention_mask=mask).logits[:, -1].float()
 
 
-def test_both_decode_paths_quantise_the_same_activations(tiny_policy_dir):
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp4_e2m1"])
+def test_both_decode_paths_quantise_the_same_activations(tiny_policy_dir, dtype):
     """The fast decoder and the model's own forward (hooks) quantise the same inputs. Run
     in float32 (the copy's FP8 weights are exact there) so that reordering noise is ~1e-6:
     the two paths agree to 1e-4, while activation quantisation itself moves the logits by
     far more (against the weights-only model)."""
     policy, tok = load_policy(tiny_policy_dir)
     ids = torch.tensor([tok.encode("12+7-3=9,6") for _ in range(2)])
-    w8a8 = RolloutModel(policy, "fp8_e4m3")().float()
-    w8 = RolloutModel(policy, "fp8_e4m3", fp8_activations=False)().float()
+    w8a8 = RolloutModel(policy, dtype)().float()
+    w8 = RolloutModel(policy, dtype, fp8_activations=False)().float()
     fast, generic = last_logits(w8a8, ids, True), last_logits(w8a8, ids, False)
     assert (fast - generic).abs().max() < 1e-4
     assert (last_logits(w8, ids, True) - fast).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("dtype", ["float16", "fp8_e4m3"])
+@pytest.mark.parametrize("dtype", ["float16", "fp8_e4m3", "fp4_e2m1"])
 def test_the_mismatch_diagnostic_equals_a_float64_recompute(tiny_policy_dir, dtype):
     policy, tok = load_policy(tiny_policy_dir)
     r = rollout_gap(policy, tok, RolloutModel(policy, dtype)(), True)

@@ -15,6 +15,14 @@ older version, refreshed before every rollout (the update always stays float32).
   `lm_head` unquantised). What is *not* simulated: the FP8 GEMM's own accumulation order
   and output rounding (here the dequantised values meet in a bfloat16 matmul), fused
   kernels, and KV-cache quantisation. docs/precision.md.
+- `fp4_e2m1`: a simulated NVFP4 engine (W4A4, as Blackwell FP4 serving runs it), on the
+  same layers as FP8. Each weight row is cut into blocks of 16 values along the input
+  dimension; a block's scale (its max |w| / 6) is stored in e4m3 relative to one float32
+  scale per tensor (max |w| / (448 * 6)), and the values are rounded to the nearest
+  e2m1 number (0, 0.5, 1, 1.5, 2, 3, 4, 6, ties to even). With `rollout.fp8_activations`
+  the layers' inputs get the same block format, with the float32 scale per token
+  (dynamic) where engines use a calibrated one per tensor: a sample then does not depend
+  on its batch, and both decode paths quantise alike.
 """
 
 from __future__ import annotations
@@ -24,10 +32,14 @@ import copy
 import torch
 from torch import nn
 
-ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3")
+ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp4_e2m1")
+QUANTISED = ("fp8_e4m3", "fp4_e2m1")  # the dtypes that quantise the decoder's linears
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
 TINY = 1e-12  # the smallest amax a scale divides by (an all-zero row stays zero)
+E2M1_MAX = 6.0
+NVFP4_BLOCK = 16
+E4M3_TINY = float(torch.finfo(E4M3).tiny)  # 2**-6: the smallest block scale (torchao's)
 
 
 def quantize_e4m3(x: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,18 +56,56 @@ def fake_quant_e4m3(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (q.float() * scale).to(x.dtype)
 
 
+def round_e2m1(v: torch.Tensor) -> torch.Tensor:
+    """`v` (float32) saturated at +-6 and rounded to the nearest float4 e2m1 value, ties to
+    the even mantissa: the grid's spacing is 0.5 below 2, 1 below 4 and 2 up to 6."""
+    a = v.abs().clamp(max=E2M1_MAX)
+    step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0))
+    return torch.copysign(torch.round(a / step) * step, v)
+
+
+def fake_quant_nvfp4(x: torch.Tensor, per_row: bool = False) -> torch.Tensor:
+    """`x` quantised to NVFP4 along its last dimension and dequantised, in `x`'s dtype:
+    blocks of 16 (the last one zero-padded), e4m3 block scales under one float32 scale
+    for the whole tensor, or for each row (`per_row`, an activation's token)."""
+    xf = x.float()
+    k = xf.shape[-1]
+    pad = -k % NVFP4_BLOCK
+    if pad:
+        xf = torch.nn.functional.pad(xf, (0, pad))
+    blocks = xf.reshape(*xf.shape[:-1], -1, NVFP4_BLOCK)
+    amax = (xf.abs().amax(dim=-1, keepdim=True).unsqueeze(-1) if per_row
+            else xf.abs().amax())
+    outer = amax.clamp(min=TINY) / (E4M3_MAX * E2M1_MAX)
+    inner = (blocks.abs().amax(dim=-1, keepdim=True) / E2M1_MAX / outer)
+    scale = inner.clamp(min=E4M3_TINY, max=E4M3_MAX).to(E4M3).float() * outer
+    out = (round_e2m1(blocks / scale) * scale).reshape(xf.shape)
+    return out[..., :k].to(x.dtype)
+
+
+def _nvfp4_rows(x: torch.Tensor) -> torch.Tensor:
+    return fake_quant_nvfp4(x, per_row=True)
+
+
+# dtype -> (the weight's quantise-dequantise, the input's)
+QUANTISERS = {"fp8_e4m3": (lambda w: fake_quant_e4m3(w, dim=1), fake_quant_e4m3),
+              "fp4_e2m1": (fake_quant_nvfp4, _nvfp4_rows)}
+
+
 def quantised_linears(model: nn.Module) -> list[nn.Linear]:
     """The linear layers an FP8 engine quantises: those inside the decoder layers (the LM
     head and the embeddings stay in the compute dtype)."""
     layers = getattr(getattr(model, "model", model), "layers", None)
     if layers is None:
-        raise ValueError("rollout.dtype fp8_e4m3 needs a decoder with .model.layers "
+        raise ValueError("rollout.dtype fp8_e4m3/fp4_e2m1 need a decoder with .model.layers "
                          f"(a Llama-style model); got {type(model).__name__}")
     return [m for m in layers.modules() if isinstance(m, nn.Linear)]
 
 
-def _quantise_input(module, args):
-    return (fake_quant_e4m3(args[0]), *args[1:])
+def _input_hook(quant):
+    def hook(module, args):
+        return (quant(args[0]), *args[1:])
+    return hook
 
 
 class RolloutModel:
@@ -66,23 +116,24 @@ class RolloutModel:
     def __init__(self, policy, dtype: str, *, fp8_activations: bool = True,
                  staleness: int = 0):
         self.policy, self.name = policy, dtype
-        self.fp8 = dtype == "fp8_e4m3"
-        self.dtype = torch.bfloat16 if self.fp8 else getattr(torch, dtype)
+        self.quantised = dtype in QUANTISED  # a simulated low-bit engine (FP8 or FP4)
+        self.weight_quant, act_quant = QUANTISERS.get(dtype, (None, None))
+        self.dtype = torch.bfloat16 if self.quantised else getattr(torch, dtype)
         self.copy = None
         if self.dtype != torch.float32 or staleness > 0:
             self.copy = copy.deepcopy(policy).to(self.dtype).eval().requires_grad_(False)
             for name, buf in policy.named_buffers():
                 self.copy.get_buffer(name).data = buf.data.clone()
-        self.linears = quantised_linears(self.copy) if self.fp8 else []
-        names = {id(p): n for n, p in (self.copy.named_parameters() if self.fp8 else ())}
+        self.linears = quantised_linears(self.copy) if self.quantised else []
+        names = {id(p): n for n, p in (self.copy.named_parameters() if self.quantised else ())}
         self.weight_names = [names[id(m.weight)] for m in self.linears]
         live = dict(policy.named_parameters())
         self.sources = [live[n] for n in self.weight_names]  # the float32 weights
-        self.act_quant = self.fp8 and fp8_activations
+        self.act_quant = self.quantised and fp8_activations
         if self.act_quant:  # the generic path's linears; the fast decoder reads act_quant
             for m in self.linears:
-                m.register_forward_pre_hook(_quantise_input)
-            self.copy.lmpo_act_quant = fake_quant_e4m3
+                m.register_forward_pre_hook(_input_hook(act_quant))
+            self.copy.lmpo_act_quant = act_quant
 
     @property
     def differs(self) -> bool:
@@ -101,7 +152,7 @@ class RolloutModel:
                 mine.copy_(theirs)
         for m, name, live in zip(self.linears, self.weight_names, self.sources,
                                  strict=True):  # quantised from float32, not its bf16 cast
-            m.weight.copy_(fake_quant_e4m3(live if weights is None else weights[name], dim=1))
+            m.weight.copy_(self.weight_quant(live if weights is None else weights[name]))
         return self.copy
 
 

@@ -51,14 +51,16 @@ class RolloutConfig:
     """With dynamic_sampling: generation rounds per step to refill the batch with varied
     groups (over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
     dtype: str = "float32"
-    """float32 | bfloat16 | float16 | fp8_e4m3: sample with a copy of the policy in this
-    precision (the update stays float32): a training-inference mismatch, as low-precision
-    inference engines create. fp8_e4m3 simulates an FP8 engine: e4m3 weights with
-    per-output-channel scales in the decoder's linear layers, bfloat16 elsewhere
+    """float32 | bfloat16 | float16 | fp8_e4m3 | fp4_e2m1: sample with a copy of the policy
+    in this precision (the update stays float32): a training-inference mismatch, as
+    low-precision inference engines create. fp8_e4m3 simulates an FP8 engine: e4m3 weights
+    with per-output-channel scales in the decoder's linear layers, bfloat16 elsewhere;
+    fp4_e2m1 an NVFP4 one (16-value blocks with e4m3 scales) on the same layers
     (lmpo.rollout.precision, docs/precision.md)."""
     fp8_activations: bool = True
-    """fp8_e4m3 only: also quantise the input of every quantised linear layer to e4m3, one
-    scale per token (W8A8, as FP8 serving does); false = weights only (W8A16)."""
+    """fp8_e4m3 and fp4_e2m1: also quantise the input of every quantised linear layer, per
+    token (W8A8 / W4A4, as FP8 and NVFP4 serving do); false = weights only (W8A16 /
+    W4A16)."""
     staleness: int = 0
     """k: sample with the policy as it was k training steps earlier (an asynchronous
     engine's lag), behaviour log-probs from that policy; 0 = on-policy sampling

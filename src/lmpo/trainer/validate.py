@@ -101,8 +101,8 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
         (r.old_logp in ("rollout", "recompute"),
          f"rollout.old_logp must be rollout|recompute, got {r.old_logp!r}"),
         (r.staleness >= 0, f"rollout.staleness must be >= 0, got {r.staleness}"),
-        (r.dtype != "fp8_e4m3" or cfg.lora.r == 0,
-         "rollout.dtype fp8_e4m3 quantises the decoder's linear layers: not with LoRA "
+        (r.dtype not in ("fp8_e4m3", "fp4_e2m1") or cfg.lora.r == 0,
+         f"rollout.dtype {r.dtype} quantises the decoder's linear layers: not with LoRA "
          "adapters (lora.r > 0); use bfloat16 or float16"),
         (r.correction.kind is not None or not r.correction.hparams,
          f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
