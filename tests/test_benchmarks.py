@@ -86,9 +86,10 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                            "--max-new-tokens", "4", "--repeats", "1"],
                           rows_with("lmpo_vs_generate_fp32", "bf16_logp_mismatch_mean")),
         "rollout_mismatch": (["--policy", tiny, "--prompts", "2", "--group", "2",
-                              "--max-new-tokens", "4"],
+                              "--max-new-tokens", "4", "--stale", "1"],
                              lambda r: "bfloat16" in json.dumps(r["variants"])
-                             and r["results"]),
+                             and r["results"]["nano-chain-sum"]["fp4_e2m1_stale1"]["mean"]
+                             > 0),
         "rollout_speed": (["--sizes", "nano", "--nano-policy", "none", "--batches", "4",
                            "--max-new-tokens", "4", "--repeats", "1"],
                           rows_with("lmpo_vs_generate", "regret_cost")),

@@ -44,8 +44,9 @@ MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
                    "rollout.pool_size", "rollout.sampler"}
-# DRPO's second edition: one recipe (advantages, aggregation) for every arm; the arms differ
-# in the loss and the condition (FP8, staleness) and, for one, a rollout correction
+# DRPO's third edition: one recipe (advantages, aggregation) for every arm; the arms differ
+# in the loss and, for one, a rollout correction; the condition axis (rollout dtype,
+# staleness) applies to every arm alike
 MATCHED["drpo"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
                    "loss.hparams.delta_low", "loss.hparams.delta_high",
                    "loss.hparams.clip_ratio_c", "loss.hparams.delta", "rollout.dtype",
@@ -84,11 +85,9 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
                  ("loss_grpo", "adv_grpo_two_rewards", ("reward.extra",)),
                  ("loss_grpo", "adv_remax", ("advantage.",))],
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
-         "drpo": [(f"{m}{a}", f"{m}{b}", keys) for m in ("grpo", "dppo", "drpo", "drpo_d0.5")
-                  for a, b, keys in (("", "_fp8", ("rollout.dtype",)),
-                                     ("", "_stale", ("rollout.staleness",)))]
-         + [(f"drpo{c}", f"drpo_d0.5{c}", ("loss.hparams.delta",)) for c in ("", "_fp8", "_stale")]
-         + [("grpo_fp8", "grpo_fp8_mis", ("rollout.correction",))]}
+         "drpo": [("grpo", "dppo", LOSS), ("grpo", "drpo", LOSS), ("dppo", "drpo", LOSS),
+                  ("drpo", "drpo_d0.5", ("loss.hparams.delta",)),
+                  ("grpo", "grpo_mis", ("rollout.correction",))]}
 
 
 def test_every_experiment_is_listed_here():
