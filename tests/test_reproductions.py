@@ -35,7 +35,8 @@ MATCHED = {
                "rollout.staleness"},
     "output_reset": {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                      "loss.hparams.eps_low", "loss.hparams.eps_high", "rollout.group_size",
-                     "advantage.name", "kl.coef", "kl.kind", "kl.mode"} | AC,
+                     "advantage.name", "kl.coef", "kl.kind", "kl.mode", "optim.epochs",
+                     "optim.lr"} | AC,
 }
 # ESPO's second edition: the arms are PPO on the long-reasoning testbed with or without a
 # stopping controller, so the controller's own settings are what differ
