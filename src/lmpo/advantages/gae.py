@@ -9,7 +9,8 @@ from lmpo.masked import masked_mean, masked_whiten
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0,
-        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+        lam: float = 0.95, bootstrap: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE(gamma, lambda) per token.  # [B, T] x3 -> adv [B, T], returns [B, T]
 
     delta_t = r_t + gamma * V_next - V_t, A_t = delta_t + gamma * lam * A_next, where
@@ -18,6 +19,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
     token V_next = A_next = 0 (terminal, no bootstrap). Same recursion as verl's
     `compute_gae_advantage_return`, without its whitening (see `lmpo.masked.masked_whiten`).
     Both outputs are 0 off-mask; returns = A + V on valid tokens.
+
+    `bootstrap` [B]: V_next after each row's last valid token instead of 0 (a truncated
+    row's return continues with the critic's estimate; 0 keeps a row terminal).
     """
     if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
         raise ValueError(
@@ -26,7 +30,11 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
         )
     m = mask.to(values.dtype)
     rewards, values = rewards.detach() * m, values.detach() * m
-    next_value = torch.zeros_like(values[:, 0])
+    next_value = torch.zeros_like(values[:, 0]) if bootstrap is None else \
+        bootstrap.detach().to(values.dtype).clone()
+    if next_value.shape != values[:, 0].shape:
+        raise ValueError(f"gae's bootstrap must be [B] = {tuple(values[:, 0].shape)}, got "
+                         f"{tuple(next_value.shape)}")
     next_adv = torch.zeros_like(values[:, 0])
     adv = torch.zeros_like(values)
     for t in range(values.shape[1] - 1, -1, -1):
@@ -48,7 +56,8 @@ class GAE:
 
         adv, returns, metrics = GAE(gamma=1.0, lam=0.95)(rewards, values, mask)
 
-    Token rewards and the critic's values `[B, T]` in, GAE advantages (whitened over
+    Token rewards and the critic's values `[B, T]` in (and optionally `bootstrap` [B],
+    the value after each row's last token: a truncated row), GAE advantages (whitened over
     the batch's valid tokens when `whiten`) and returns out. Stateless."""
 
     def __init__(self, *, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
@@ -56,8 +65,10 @@ class GAE:
             raise ValueError(f"gae needs gamma and lam in [0, 1], got {gamma}, {lam}")
         self.gamma, self.lam, self.whiten = gamma, lam, whiten
 
-    def __call__(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
-        adv, returns = gae(rewards, values, mask, gamma=self.gamma, lam=self.lam)
+    def __call__(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                 bootstrap: torch.Tensor | None = None):
+        adv, returns = gae(rewards, values, mask, gamma=self.gamma, lam=self.lam,
+                           bootstrap=bootstrap)
         if self.whiten:
             adv = masked_whiten(adv, mask)
         return adv, returns, {"adv/mean": float(masked_mean(adv, mask)),

@@ -30,12 +30,30 @@ def token_rewards(batch, scored, cfg) -> torch.Tensor:
     return rewards
 
 
+def stop_bootstrap(batch, scored, controller) -> torch.Tensor | None:
+    """[B] the value a critic estimator continues a stopped response's return with, where
+    the rollout controller makes a stop a truncation (`bootstraps`): the critic's V(s_t) at
+    the stop (its value at the last kept token, the state the stop was decided in); 0 for
+    every other row. None where nothing is bootstrapped."""
+    if not getattr(controller, "bootstraps", False):
+        return None
+    stopped = torch.tensor([r == "early_stop" for r in scored.rollout.stop_reason],
+                           dtype=torch.bool, device=batch.old_values.device)
+    if not stopped.any():
+        return None
+    last = batch.old_values[torch.arange(len(stopped)), scored.rollout.lengths - 1]
+    return torch.where(stopped, last, torch.zeros_like(last))
+
+
 def critic_advantages(state, batch, scored, cfg) -> dict:
     t = batch.resp_ids.shape[1]
     with torch.no_grad():
         batch.old_values = critic_values(state.critic, batch.ids, batch.mask, t) * batch.resp_mask
+    batch.bootstrap = stop_bootstrap(batch, scored, state.controller)
+    extra = {} if batch.bootstrap is None else {"bootstrap": batch.bootstrap}
     batch.adv, batch.returns, metrics = state.estimator(token_rewards(batch, scored, cfg),
-                                                        batch.old_values, batch.resp_mask)
+                                                        batch.old_values, batch.resp_mask,
+                                                        **extra)
     return metrics | {"value/explained_variance": explained_variance(
         batch.old_values, batch.returns, batch.resp_mask)}
 
@@ -68,8 +86,9 @@ def comparator_advantages(estimator, name: str, batch, scored, cfg) -> torch.Ten
     scores, a critic estimator on the run's critic values and token rewards."""
     b, t = batch.resp_ids.shape
     if advantage_meta(name)["needs_critic"]:
+        extra = {} if batch.bootstrap is None else {"bootstrap": batch.bootstrap}
         adv, _, _ = estimator(token_rewards(batch, scored, cfg), batch.old_values,
-                              batch.resp_mask)
+                              batch.resp_mask, **extra)
         return adv
     seq_adv, _ = group_sequence_advantages(estimator, name, scored)
     return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)

@@ -48,6 +48,7 @@ class TrainBatch:
     ref_logp: torch.Tensor | None = None  # [B, T], when a KL term needs it
     old_values: torch.Tensor | None = None  # [B, T], actor-critic only
     returns: torch.Tensor | None = None  # [B, T], actor-critic only
+    bootstrap: torch.Tensor | None = None  # [B] the value after a truncated stop, or None
     pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
     # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
     pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)

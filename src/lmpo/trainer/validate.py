@@ -201,13 +201,16 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
 def check_parts(cfg) -> None:
     """Build the parts (their own hyper-parameter checks), then what they ask of the run."""
     controller = cfg.bind().controller
-    if controller.needs_values and not cfg.actor_critic:
+    needs = ("the critic's per-step values" if controller.needs_values else
+             "a critic to bootstrap a stop from (stop_value: bootstrap)"
+             if getattr(controller, "bootstraps", False) else None)
+    if needs and not cfg.actor_critic:
         from lmpo.advantages import advantage_meta, list_advantages
 
         critics = [n for n in list_advantages() if advantage_meta(n)["needs_critic"]]
-        raise ConfigError(f"controller {cfg.controller.name!r} (with these hparams) needs the "
-                          "critic's per-step values: set advantage.name to an estimator that "
-                          f"trains a critic ({', '.join(critics)})")
+        raise ConfigError(f"controller {cfg.controller.name!r} (with these hparams) needs "
+                          f"{needs}: set advantage.name to an estimator that trains a critic "
+                          f"({', '.join(critics)})")
     from lmpo.trainer.shadow import build_comparators
 
     build_comparators(cfg)  # a bad comparator part fails now, naming its key

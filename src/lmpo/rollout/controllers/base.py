@@ -4,8 +4,9 @@ The sampler calls `begin_batch`, `step` at every decoding step and `end_batch`; 
 trainer calls `diagnose` once the batch is scored, `observe` with each step's metrics row
 after the update, and logs `metrics()`. A controller owns how a response it stopped is
 scored (`stop_score`: a reward, e.g. ESPO's absorbing failure r_fail, or None: an
-ordinary truncation, scored by the reward function like any other response), its extra
-diagnostics and its state (`state_dict`, checkpointed with the run).
+ordinary truncation, scored by the reward function like any other response; with
+`bootstraps` the stop is a truncation whose return the critic's value at the stop
+supplies), its extra diagnostics and its state (`state_dict`, checkpointed with the run).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lmpo.rollout.types import Rollout
 class RolloutController(Protocol):
     needs_values: bool  # the sampler must pass V(s_t) to `step`: the run needs a critic
     stop_score: float | None  # reward of a stopped response; None = scored as truncated
+    bootstraps: bool  # a stop is a truncation: GAE bootstraps from V(s_t) at the stop
 
     def begin_batch(self, batch_size: int) -> None: ...
 
@@ -83,9 +85,18 @@ def resolve_r_fail(r_fail: float | None, failure_reward: float | None,
     return float(r_fail), []
 
 
+STOP_VALUES = ("absorbing", "bootstrap")
+
+
 class StopAccounting:
     """What every stopping controller shares: the batch's stopped rows, the stop rate, the
     stop positions, the token savings and the false-positive pass.
+
+    `stop_value`: "absorbing" (the paper's: a stopped response ends in an absorbing failure
+    state with reward r_fail, no bootstrap) or "bootstrap" (the no-r_fail ablation as the
+    spec reads it: no terminal reward, and GAE bootstraps the stopped response's return
+    from the critic's V(s_t) at the stop, so a stop is a truncation, neither a failure
+    nor a 0 score; it needs a critic).
 
     Savings are measured, not guessed: with `measure_false_positives` a copy of every
     stopped sequence is finished (`finish_stopped`) and the tokens it would still have
@@ -97,10 +108,21 @@ class StopAccounting:
 
     def __init__(self, *, r_fail: float | None, min_tokens: int, measure_false_positives: bool,
                  failure_reward: float | None = None,
-                 reward_range: tuple[float | None, float | None] = (None, None)):
+                 reward_range: tuple[float | None, float | None] = (None, None),
+                 stop_value: str = "absorbing"):
         if min_tokens < 1:
             raise ValueError(f"min_tokens must be >= 1, got {min_tokens}")
-        self.r_fail, self.notes = resolve_r_fail(r_fail, failure_reward, reward_range)
+        if stop_value not in STOP_VALUES:
+            raise ValueError(f"unknown stop_value {stop_value!r}; valid: "
+                             f"{', '.join(STOP_VALUES)}")
+        self.bootstraps = stop_value == "bootstrap"
+        if self.bootstraps:
+            if r_fail is not None:
+                raise ValueError(f"r_fail={r_fail} applies to stop_value absorbing; with "
+                                 "stop_value bootstrap a stop has no terminal reward")
+            self.r_fail, self.notes = 0.0, []
+        else:
+            self.r_fail, self.notes = resolve_r_fail(r_fail, failure_reward, reward_range)
         self.min_tokens = min_tokens
         self.measure_false_positives = measure_false_positives
         self.last_stop_rate, self.tokens_cum, self.extra_cum = 0.0, 0.0, 0.0
@@ -108,7 +130,8 @@ class StopAccounting:
 
     @property
     def stop_score(self) -> float:
-        """A stopped response is an absorbing failure with reward r_fail."""
+        """A stopped response is an absorbing failure with reward r_fail (with
+        `bootstraps`: no terminal reward, 0, its return bootstrapped by GAE)."""
         return self.r_fail
 
     def begin_batch(self, batch_size: int) -> None:

@@ -11,7 +11,9 @@ mu_g, sigma_g^2 are EMAs of the batch mean / variance of g, updated only in
 `end_batch` (frozen during a rollout, so no row's future leaks into a decision).
 beta is a fixed, hand-set threshold as in the paper; the regret is not clipped (as in the
 seed; `clip` is an option) and a stopped response scores `r_fail`, by default a failure's
-reward (a stop counts as a failure; lower values warn: an extra penalty); `adapt_beta=True` (an lmpo
+reward (a stop counts as a failure; lower values warn: an extra penalty), or, with
+`stop_value: bootstrap` (the no-r_fail ablation), nothing: its return is bootstrapped from
+the critic's V(s_t) at the stop; `adapt_beta=True` (an lmpo
 extension, off by default) moves it toward a target stop rate after every batch.
 Ablations (`mode`): "regret_only" (V replaced by 1), "value_only" (z replaced by
 1); random stopping at the same token savings (variant F) is
@@ -42,7 +44,8 @@ DOMAINS = {
     "mode": "{full, regret_only, value_only}", "beta": "(0, inf]", "adapt_beta": "bool",
     "target_rate": "(0, 1)", "beta_lr": "[0, inf)", "beta_min": "(0, inf)",
     "beta_max": "(0, inf]", "alpha_s": "[0, 1)", "eps_v": "(0, inf)", "clip": "(0, inf] | None",
-    "ema_decay": "[0, 1)", "r_fail": "real | None", "warmup": "bool",
+    "ema_decay": "[0, 1)", "r_fail": "real | None", "stop_value": "{absorbing, bootstrap}",
+    "warmup": "bool",
     "warmup_baseline_steps": "int [1, inf)", "warmup_loss_frac": "(0, 1]",
     "warmup_rel_change": "[0, inf)", "warmup_patience": "int [1, inf)",
     "warmup_force_frac": "[0, 1]", "min_tokens": "int [1, inf)",
@@ -66,10 +69,12 @@ class ESPO(StopAccounting):
                  warmup_patience: int = 3, warmup_force_frac: float = 0.1,
                  total_steps: int | None = None, min_tokens: int = 1,
                  measure_false_positives: bool = True, seed: int = 0,
-                 failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0)):
+                 failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0),
+                 stop_value: str = "absorbing"):
         super().__init__(r_fail=r_fail, min_tokens=min_tokens,
                          measure_false_positives=measure_false_positives,
-                         failure_reward=failure_reward, reward_range=reward_range)
+                         failure_reward=failure_reward, reward_range=reward_range,
+                         stop_value=stop_value)
         if mode not in MODES:
             raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
                              "(variant F is the random_stop controller)")

@@ -14,6 +14,7 @@ class NoController:
 
     needs_values = False
     stop_score = None
+    bootstraps = False
 
     def begin_batch(self, batch_size: int) -> None:
         pass

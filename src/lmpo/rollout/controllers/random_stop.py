@@ -39,6 +39,7 @@ def reference_tokens(path: str | Path) -> list[float]:
 @CONTROLLERS.register("random_stop", diagnostics=STOP_DIAGNOSTICS,
                       domains={"savings": "(0, 1) | None", "reference": "path | None",
                                "hazard": "(0, 1)", "gain": "(0, inf)", "r_fail": "real | None",
+                               "stop_value": "{absorbing, bootstrap}",
                                "min_tokens": "int [1, inf)", "measure_false_positives": "bool"},
                       example={"savings": 0.2}, engagement="espo/stop_rate",
                       requires={"savings": {"measure_false_positives": True}},
@@ -61,10 +62,12 @@ class RandomStop(StopAccounting):
     def __init__(self, *, savings: float | None = None, reference: str | None = None,
                  hazard: float = 0.02, gain: float = 2.0, r_fail: float | None = None,
                  min_tokens: int = 1, measure_false_positives: bool = True, seed: int = 0,
-                 failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0)):
+                 failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0),
+                 stop_value: str = "absorbing"):
         super().__init__(r_fail=r_fail, min_tokens=min_tokens,
                          measure_false_positives=measure_false_positives,
-                         failure_reward=failure_reward, reward_range=reward_range)
+                         failure_reward=failure_reward, reward_range=reward_range,
+                         stop_value=stop_value)
         if (savings is None) == (reference is None):
             raise ValueError("random stopping needs exactly one target: savings (a fraction) "
                              "or reference (an ESPO run whose token curve it tracks)")
