@@ -51,10 +51,20 @@ def test_metric_reduction():
     assert reduce_metric(dip, "x", "rebound", k=9) == 0.0  # one window: no rebound
     assert reduce_metric(dip[:3], "x", "rebound", k=2) == 0.0  # ends at its low
     assert reduce_metric(dip, "x", "last_over_first", k=2) == pytest.approx(4.5 / 3.0)
+    assert reduce_metric(dip, "x", "first_k", k=2) == 3.0  # an early window (a warm-up)
+    assert reduce_metric(rows, "x", "first_k", k=2) == 2.0  # over the logged values
     assert reduce_metric(dip, "x", "max") == 6.0 and reduce_metric(dip[:3], "x", "max") == 4.0
     assert reduce_metric(dip, "x", "min") == 1.0 and reduce_metric(dip[:2], "x", "min") == 2.0
     with pytest.raises(KeyError, match="'y' was never logged"):
         reduce_metric(rows, "y")
+
+
+def test_engagement_reads_the_claims_own_window():
+    from lmpo.experiments.engagement import window
+
+    assert window({"reduce": "first_k", "k": 30}) == ("first_k", 30)  # a warm-up window
+    assert window({"reduce": "last_k"}) == ("last_k", 20)
+    assert window({"reduce": "final"}) == ("mean", 20)  # a final evaluation: the whole run
 
 
 # ---------------------------------------------------------------- experiment files

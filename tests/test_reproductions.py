@@ -38,13 +38,13 @@ MATCHED = {
                      "advantage.name", "kl.coef", "kl.kind", "kl.mode", "optim.epochs",
                      "optim.lr"} | AC,
 }
-# ESPO's second edition: the arms are PPO on the long-reasoning testbed with or without a
+# ESPO's third edition: the arms are PPO on the long-reasoning testbed with or without a
 # stopping controller, so the controller's own settings are what differ
 MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
-    "beta", "warmup", "r_fail", "clip", "savings")}
+    "beta", "warmup", "r_fail", "clip", "stop_value")}
+# EBPO's third edition: the estimator, at every group size of the condition axis
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
-                   "advantage.hparams.decay", "rollout.group_size", "rollout.clusters",
-                   "rollout.pool_size", "rollout.sampler"}
+                   "rollout.group_size"}
 # DRPO's third edition: one recipe (advantages, aggregation) for every arm; the arms differ
 # in the loss and, for one, a rollout correction; the condition axis (rollout dtype,
 # staleness) applies to every arm alike
@@ -76,10 +76,7 @@ LOSS = ("loss.",)
 PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegppo", LOSS)]
          + [("cegppo", f"cegppo_b{b}", (f"loss.hparams.beta{b[0]}",))
             for b in ("2_0.5", "2_2", "1_0.25", "1_1")],
-         "ebpo": [("grpo_g2", "ebpo_g2", ("advantage.",)), ("grpo_g8", "ebpo_g8", ("advantage.",)),
-                  ("ebpo_shuffled", "ebpo_easy_to_hard", ("rollout.sampler",)),
-                  ("ebpo_cluster_shuffled", "ebpo_cluster_easy_to_hard", ("rollout.sampler",)),
-                  ("ebpo_shuffled", "ebpo_cluster_shuffled", ("advantage.hparams.",))],
+         "ebpo": [("grpo", "ebpo", ("advantage.",))],
          "output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "real_cegppo": [("grpo", "cegppo", LOSS)],
          "zoo": [("adv_gdpo", "adv_grpo_two_rewards", ("advantage.",)),

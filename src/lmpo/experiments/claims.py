@@ -195,7 +195,8 @@ def describe_claim(claim: dict) -> str:
     a, b = (arms * 2)[:2] if len(arms) < 4 else (f"({arms[0]} - {arms[1]})",
                                                   f"({arms[2]} - {arms[3]})")
     k = claim.get("k", 20)
-    m = claim["metric"] + {"last_k": f" (last {k})", "rebound": f" (rebound over {k})",
+    m = claim["metric"] + {"last_k": f" (last {k})", "first_k": f" (first {k})",
+                           "rebound": f" (rebound over {k})",
                            "last_over_first": f" (last {k} / first {k})",
                            "max": " (max over the run)", "mean": " (mean over the run)",
                            "sum": " (summed over the run)"}.get(

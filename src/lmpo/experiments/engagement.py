@@ -43,10 +43,10 @@ def not_measured(reason: str) -> dict:
 
 
 def window(claim: dict) -> tuple[str, int]:
-    """(reduce, k) of the engagement over the claim's own window: its last k steps where
-    the claim reads them, else the whole run."""
-    if claim.get("reduce") == "last_k":
-        return "last_k", int(claim.get("k", 20))
+    """(reduce, k) of the engagement over the claim's own window: its last (first) k steps
+    where the claim reads them, else the whole run."""
+    if claim.get("reduce") in ("last_k", "first_k"):
+        return claim["reduce"], int(claim.get("k", 20))
     return "mean", 20
 
 

@@ -49,7 +49,8 @@ POWER = 0.8
 SEED = 0
 MIN_SEEDS = 3
 T_BELOW = 10  # seeds below which direction/threshold/equivalence use a paired t interval
-REDUCERS = ("final", "last_k", "rebound", "last_over_first", "max", "min", "mean", "sum")
+REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
+            "sum")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher"),
           "dose_response": ("greater", "less")}
@@ -72,15 +73,17 @@ TOLERANCE = {"ratio": 1.5, "share": 0.2}
 # ---------------------------------------------------------------- reading runs
 def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int = 20) -> float:
     """One run's value of `metric`: its last logged value ("final"), the mean of its last k
-    ("last_k"), how far that mean sits above the lowest mean of k consecutive values
-    anywhere in the run ("rebound": 0 for a trace that ends at its low), its ratio to the
-    mean of the first k ("last_over_first"), its largest or smallest value ("max": a
-    spike; "min"), its mean over the run ("mean") or its sum ("sum")."""
+    ("last_k") or of its first k ("first_k": an early window, e.g. a warm-up), how far the
+    last k's mean sits above the lowest mean of k consecutive values anywhere in the run
+    ("rebound": 0 for a trace that ends at its low), its ratio to the mean of the first k
+    ("last_over_first"), its largest or smallest value ("max": a spike; "min"), its mean
+    over the run ("mean") or its sum ("sum")."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
     x = np.asarray(values, dtype=float)
-    simple = {"final": lambda: x[-1], "last_k": lambda: x[-k:].mean(), "max": x.max,
+    simple = {"final": lambda: x[-1], "last_k": lambda: x[-k:].mean(),
+              "first_k": lambda: x[:k].mean(), "max": x.max,
               "min": x.min, "mean": x.mean, "sum": x.sum,
               "last_over_first": lambda: x[-k:].mean() / x[:k].mean()}
     if reduce in simple:
