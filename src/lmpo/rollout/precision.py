@@ -93,7 +93,7 @@ QUANTISERS = {"fp8_e4m3": (lambda w: fake_quant_e4m3(w, dim=1), fake_quant_e4m3)
 
 
 def quantised_linears(model: nn.Module) -> list[nn.Linear]:
-    """The linear layers an FP8 engine quantises: those inside the decoder layers (the LM
+    """The linear layers a low-bit engine quantises: those inside the decoder layers (the LM
     head and the embeddings stay in the compute dtype)."""
     layers = getattr(getattr(model, "model", model), "layers", None)
     if layers is None:
