@@ -6,7 +6,9 @@ on top of the logits. Here the forward pass keeps only the per-row log-sum-exp
 (`[B*T]`) and E_p[z], and the backward pass recomputes softmax one chunk at a
 time, writing log-prob and entropy gradients together straight into one
 gradient buffer for the logits. Arithmetic is float32 (or float64 for
-float64 logits) whatever the logits' dtype.
+float64 logits) whatever the logits' dtype, and whatever autocast surrounds the call (a
+bfloat16 update's passes): autocast would run E_p[z]'s product in bfloat16, up to 0.25
+nats of entropy error per token at a 49k vocabulary.
 """
 
 from __future__ import annotations
@@ -33,23 +35,36 @@ class _LogProbEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, ids, chunk):  # logits [N, V], ids [N]
+        with torch.autocast(logits.device.type, enabled=False):
+            return _LogProbEntropy._forward(ctx, logits, ids, chunk)
+
+    @staticmethod
+    def _forward(ctx, logits, ids, chunk):
         cd = _compute_dtype(logits.dtype)
         n = logits.shape[0]
         lse = torch.empty(n, dtype=cd, device=logits.device)
-        mean_z = torch.empty(n, dtype=cd, device=logits.device)
+        ent = torch.empty(n, dtype=cd, device=logits.device)
         for s in _chunks(n, chunk):
             z = logits[s].to(cd)
             lse[s] = torch.logsumexp(z, dim=-1)
-            p = torch.exp(z - lse[s, None])
-            mean_z[s] = torch.bmm(p[:, None, :], z[:, :, None]).reshape(-1)
+            logp = z - lse[s, None]  # a new tensor: `z` may be the logits themselves
+            # H = -sum p log p over the log-probs, not lse - E_p[z]: with logits tens of
+            # nats from 0 the difference of two large numbers loses float32 digits
+            ent[s] = -torch.bmm(logp.exp()[:, None, :], logp[:, :, None]).reshape(-1)
         picked = logits.gather(1, ids[:, None]).squeeze(1).to(cd)
+        mean_z = lse - ent  # E_p[z], what the backward pass needs
         ctx.save_for_backward(logits, ids, lse, mean_z)
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         ctx.chunk = chunk
-        return picked - lse, lse - mean_z
+        return picked - lse, ent
 
     @staticmethod
     def backward(ctx, grad_lp, grad_h):
+        with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):
+            return _LogProbEntropy._backward(ctx, grad_lp, grad_h)
+
+    @staticmethod
+    def _backward(ctx, grad_lp, grad_h):
         # d logp/dz_j = 1[j = id] - p_j ;  dH/dz_j = -p_j (z_j - E_p[z])
         logits, ids, lse, mean_z = ctx.saved_tensors
         grad = torch.empty_like(logits)
