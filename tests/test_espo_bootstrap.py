@@ -11,17 +11,8 @@ import torch
 from lmpo.advantages import gae
 from lmpo.config import ConfigError
 from lmpo.rollout import ESPO, RandomStop, build_controller
-from tests.test_gae import D
+from tests.test_gae import D, loop_gae
 from tests.test_trainer import tiny_cfg
-
-
-def loop_gae(rewards, values, length, gamma, lam, v_end):
-    adv, last = [0.0] * length, 0.0
-    for t in reversed(range(length)):
-        v_next = values[t + 1] if t + 1 < length else v_end
-        last = rewards[t] + gamma * v_next - values[t] + gamma * lam * last
-        adv[t] = last
-    return adv
 
 
 @pytest.mark.parametrize("seed", range(4))

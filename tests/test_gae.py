@@ -10,11 +10,12 @@ from lmpo.advantages import gae
 D = torch.float64
 
 
-def loop_gae(rewards, values, length, gamma, lam):
+def loop_gae(rewards, values, length, gamma, lam, v_end=0.0):
+    """Per-sequence GAE; `v_end` is V after the last token (0: terminal; a bootstrap)."""
     adv = [0.0] * length
     last = 0.0
     for t in reversed(range(length)):
-        v_next = values[t + 1] if t + 1 < length else 0.0
+        v_next = values[t + 1] if t + 1 < length else v_end
         delta = rewards[t] + gamma * v_next - values[t]
         last = delta + gamma * lam * last
         adv[t] = last

@@ -65,10 +65,11 @@ def test_weights_get_one_scale_per_output_channel():
     assert ((deq - w).abs() <= w.abs() * 2 ** -4 + scale.double() * 2 ** -10).all()
 
 
-def test_the_fp8_copy_quantises_the_decoder_linears_only_and_follows_the_policy(
-        tiny_policy_dir):
-    policy, _ = load_policy(tiny_policy_dir)
-    rm = RolloutModel(policy, "fp8_e4m3")
+def quantised_copy(policy, dtype: str, weight_quant):
+    """The rollout copy of `dtype`, refreshed after the policy moved: exactly the decoder's
+    7 linears per layer carry `weight_quant` of the float32 weights, everything else is a
+    bfloat16 cast. Returns the copy."""
+    rm = RolloutModel(policy, dtype)
     with torch.no_grad():
         for p in policy.parameters():
             p.mul_(1.01)
@@ -77,12 +78,20 @@ def test_the_fp8_copy_quantises_the_decoder_linears_only_and_follows_the_policy(
     assert len(linears) == 7 * policy.config.num_hidden_layers  # q k v o gate up down
     live = dict(policy.named_parameters())
     for name, param in copy.named_parameters():
-        theirs = live[name]
+        theirs = live[name].detach()
         if any(param is m.weight for m in linears):
-            want = fake_quant_e4m3(theirs.detach(), dim=1).to(torch.bfloat16)
+            want = weight_quant(theirs).to(torch.bfloat16)
         else:  # embeddings, norms and the LM head: bfloat16 only
-            want = theirs.detach().to(torch.bfloat16)
+            want = theirs.to(torch.bfloat16)
         assert torch.equal(param, want), name
+    return copy
+
+
+def test_the_fp8_copy_quantises_the_decoder_linears_only_and_follows_the_policy(
+        tiny_policy_dir):
+    policy, _ = load_policy(tiny_policy_dir)
+    copy = quantised_copy(policy, "fp8_e4m3", lambda w: fake_quant_e4m3(w, dim=1))
+    linears = quantised_linears(copy)
     assert all(b.dtype == torch.float32 for b in copy.buffers())
     assert copy.lmpo_act_quant is fake_quant_e4m3  # the fast decoder's per-token inputs
     assert all(len(m._forward_pre_hooks) == 1 for m in linears)  # the generic path's

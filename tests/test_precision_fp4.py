@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from lmpo.models import load_policy
 from lmpo.rollout import ROLLOUT_DTYPES, RolloutModel
-from lmpo.rollout.precision import fake_quant_nvfp4, quantised_linears, round_e2m1
-from tests.test_precision import e4m3_round
+from lmpo.rollout.precision import fake_quant_nvfp4, round_e2m1
+from tests.test_precision import e4m3_round, quantised_copy
 
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 EVEN = {0.0, 1.0, 2.0, 4.0}  # mantissa bit 0: where a tie goes
@@ -99,21 +99,7 @@ def test_random_tensors_match_the_reference(n, k, log_scale, per_row, seed):
 def test_the_fp4_copy_quantises_the_decoder_linears_only(tiny_policy_dir):
     assert "fp4_e2m1" in ROLLOUT_DTYPES
     policy, _ = load_policy(tiny_policy_dir)
-    rm = RolloutModel(policy, "fp4_e2m1")
-    with torch.no_grad():
-        for p in policy.parameters():
-            p.mul_(1.01)
-    copy = rm()
-    linears = quantised_linears(copy)
-    assert len(linears) == 7 * policy.config.num_hidden_layers
-    live = dict(policy.named_parameters())
-    for name, param in copy.named_parameters():
-        theirs = live[name].detach()
-        if any(param is m.weight for m in linears):
-            want = fake_quant_nvfp4(theirs).to(torch.bfloat16)
-        else:
-            want = theirs.to(torch.bfloat16)
-        assert torch.equal(param, want), name
+    copy = quantised_copy(policy, "fp4_e2m1", fake_quant_nvfp4)
     x = torch.randn(3, 5, policy.config.hidden_size)
     torch.testing.assert_close(copy.lmpo_act_quant(x),
                                torch.stack([fake_quant_nvfp4(t, per_row=True) for t in x]),
