@@ -45,6 +45,8 @@ MATCHED["espo"] = {"controller.name"} | {f"controller.hparams.{k}" for k in (
 # EBPO's third edition: the estimator, at every group size of the condition axis
 MATCHED["ebpo"] = {"advantage.name", "advantage.hparams.scale", "advantage.hparams.prior",
                    "rollout.group_size"}
+# and its curriculum pair: the prompt order alone
+MATCHED["ebpo_curriculum"] = {"rollout.sampler"}
 # DRPO's third edition: one recipe (advantages, aggregation) for every arm; the arms differ
 # in the loss and, for one, a rollout correction; the condition axis (rollout dtype,
 # staleness) applies to every arm alike
@@ -77,6 +79,7 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
          + [("cegppo", f"cegppo_b{b}", (f"loss.hparams.beta{b[0]}",))
             for b in ("2_0.5", "2_2", "1_0.25", "1_1")],
          "ebpo": [("grpo", "ebpo", ("advantage.",))],
+         "ebpo_curriculum": [("ebpo_shuffled", "ebpo_easy_to_hard", ("rollout.sampler",))],
          "output_reset": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "real_cegppo": [("grpo", "cegppo", LOSS)],
          "zoo": [("adv_gdpo", "adv_grpo_two_rewards", ("advantage.",)),
