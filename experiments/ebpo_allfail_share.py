@@ -24,11 +24,15 @@ from statistics import fmean
 
 import yaml
 
+from lmpo.trainer.checkpoint import read_rows
+
 SWEEP = Path(__file__).parent / "results/ebpo/sweep/runs"
 WINDOW = 50  # steps at each end of the run
 
 
 def step_shares(row: dict) -> dict | None:
+    """A step's shares; None for a step without advantage mass (mean |A| 0 or not logged),
+    where no share is defined."""
     total = row.get("adv/abs_mean")
     if not total:
         return None
@@ -39,8 +43,7 @@ def step_shares(row: dict) -> dict | None:
 
 
 def run_shares(path: Path) -> dict:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    steps = [s for s in (step_shares(r) for r in rows if "adv/abs_mean" in r) if s]
+    steps = [s for s in map(step_shares, read_rows(path)) if s]
     if not steps:
         raise ValueError(f"{path}: no step logs adv/abs_mean")
     out = {}
