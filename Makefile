@@ -119,20 +119,12 @@ test-wheel: $(STAMP)
 	.ci/install-env $(WHEEL_VENV) "$$(ls dist/lmpo-*.whl)[train]"
 	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
 
-# What benchmarks/gpu_check.sh installs on a CUDA machine with no network, beside that
-# machine's own torch and transformers (and their numpy, sympy, mpmath, packaging): the lmpo
-# wheel and everything else its trainer imports, built for this interpreter's Python
-# version (the CUDA machine needs the same one). At most 64 MiB in all.
+# What benchmarks/gpu_check.sh installs on a CUDA machine with no network (see
+# benchmarks/gpu_wheels.sh); GPU_PYTHON=3.12 fetches compiled dependencies for that Python.
 GPU_WHEELS := gpu-wheels
+GPU_PYTHON ?=
 gpu-wheels: $(STAMP)
-	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)/deps
-	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) .
-	$(PY) -m pip wheel -q -w $(GPU_WHEELS)/deps rich pyyaml \
-		reasoning-gym==$$($(PY) -c "import importlib.metadata as m; print(m.version('reasoning-gym'))")
-	cd $(GPU_WHEELS)/deps && rm -f numpy-* sympy-* mpmath-* packaging-* && mv *.whl .. && cd .. \
-		&& rmdir deps && ls *.whl | grep -v '^lmpo-' | sed 's/-[0-9].*//' > requirements.txt
-	@size=$$(du -sm $(GPU_WHEELS) | cut -f1); echo "$(GPU_WHEELS): $$size MiB"; \
-		test $$size -le 64 || { echo "gpu-wheels: over 64 MiB" >&2; exit 1; }
+	bash benchmarks/gpu_wheels.sh $(PY) $(GPU_WHEELS) $(GPU_PYTHON)
 
 bench: $(STAMP)
 	$(PY) benchmarks/logprobs_memory.py

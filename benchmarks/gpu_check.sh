@@ -21,12 +21,17 @@ if [ -n "$dry" ]; then
 else
   wheels=gpu-wheels
   [ -f "$wheels/requirements.txt" ] || { echo "gpu_check: run make gpu-wheels first" >&2; exit 1; }
-  # the machine's own torch and transformers stay: the venv sees its site-packages
+  # the machine's own torch and transformers stay: the venv sees python3's site-packages,
+  # also where python3 is itself a virtual environment (which --system-site-packages skips)
   python3 -m venv --system-site-packages .venv-gpu
+  own=$(.venv-gpu/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  python3 -c "import site; print('\n'.join(site.getsitepackages()))" > "$own/host-site.pth"
+  # a dependency that came as a source archive (gpu_wheels.sh) builds here, with the
+  # machine's own setuptools
   .venv-gpu/bin/python -m pip install -q --no-index --find-links "$wheels" --no-deps \
-    -r "$wheels/requirements.txt"
+    --no-build-isolation -r "$wheels/requirements.txt"
   .venv-gpu/bin/python -m pip install -q --no-index --no-deps "$wheels"/lmpo-*.whl
-  py=.venv-gpu/bin/python
+  py="$PWD/.venv-gpu/bin/python"
   export LMPO_HOME="$PWD/.venv-gpu/lmpo-home"  # the warm start is built here, fresh
 fi
 cd benchmarks
