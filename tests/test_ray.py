@@ -29,6 +29,7 @@ from lmpo.trainer.checkpoint import untimed_rows  # noqa: E402
 from tests.test_experiments import experiment  # noqa: E402
 
 JOBS = 2  # runs at once per node: 2 CPUs / 2 = 1 thread each, as the pool gives here
+STEPS = 5  # the reference sweep's run length
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def rows(out: Path) -> dict:
 def pool_sweep(tiny_policy_dir, tmp_path_factory):
     """The reference: the tiny sweep run by the local pool (1 thread per run)."""
     tmp = tmp_path_factory.mktemp("pool")
-    exp = experiment(tmp, tiny_policy_dir, seeds=2, steps=5)
+    exp = experiment(tmp, tiny_policy_dir, seeds=2, steps=STEPS)
     assert compare(exp, tmp / "out", jobs=2, live=False) == 0
     return exp, rows(tmp / "out")
 
@@ -137,23 +138,31 @@ def test_a_killed_node_s_runs_finish_on_the_other_with_the_same_rows(cluster, po
         exp, out, jobs=JOBS, live=False, launcher_name="ray", address=c.address)))
     sweep.start()
     victim, deadline = workers[1], time.time() + 240
-    while time.time() < deadline:
-        hit = [p.parent for p in out.glob("runs/*/seed*/.lease")
-               if victim.node_id[:12] in read_lease(p.parent)["holder"]
-               and len((p.parent / "metrics.jsonl").read_text().splitlines()
-                       if (p.parent / "metrics.jsonl").exists() else []) >= 2]
-        if hit:
-            break
-        time.sleep(0.2)
+
+    def part_way() -> list[Path]:
+        """The victim's runs with rows written but not all of them."""
+        return [p.parent for p in out.glob("runs/*/seed*/.lease")
+                if victim.node_id[:12] in read_lease(p.parent)["holder"]
+                and 2 <= len((p.parent / "metrics.jsonl").read_text().splitlines()
+                             if (p.parent / "metrics.jsonl").exists() else []) < STEPS]
+
+    while time.time() < deadline and not (hit := part_way()):
+        time.sleep(0.05)
     assert hit, "no run reached step 2 on the node to kill"
     c.remove_node(victim, allow_graceful=False)
     sweep.join(timeout=300)
     assert not sweep.is_alive() and result["rc"] == 0
     record = json.loads((out / "sweep.json").read_text())[-1]
     assert record["retried"] and all(s == "done" for s in record["status"].values())
-    for run in hit:
-        assert read_lease(run)["token"] >= 2  # a second attempt took it over
+    # a run may write its last rows between the poll and the kill and end on the victim;
+    # the others were part-way when it went, and a second attempt took each over
+    taken = [run for run in hit if read_lease(run)["token"] >= 2]
+    assert taken, "every run seen part-way ended before the kill: nothing was retried"
+    for run in taken:
         assert victim.node_id[:12] not in read_lease(run)["holder"]
+    for run in set(hit) - set(taken):
+        assert victim.node_id[:12] in read_lease(run)["holder"]
+        assert len((run / "metrics.jsonl").read_text().splitlines()) == STEPS
     assert rows(out) == want
     workers[1] = c.add_node(num_cpus=2)  # the next test gets its two workers back
     c.wait_for_nodes()
