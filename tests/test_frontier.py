@@ -61,6 +61,37 @@ def test_table_reads_every_arm_at_levels_every_run_reaches():
     assert peak["step"]["mean"] == pytest.approx(4.0)
 
 
+def test_pairs_are_differences_by_seed_with_a_paired_t_interval():
+    """a - b at each level, matched by seed (b's seeds listed in another order, one seed
+    of b missing), against numbers worked by hand."""
+    runs = {}
+    for arm, seeds, bump in (("a", (0, 1, 2), 1.0), ("b", (2, 0), 0.0)):
+        for seed in seeds:  # KL = step for both; score = step + seed + bump (+ seed^2 for a)
+            score = {s: s + seed + bump + (seed * seed if arm == "a" else 0) for s in (2, 4)}
+            runs[(arm, seed)] = {"finished": True, "before_row": {"eval/score": 0.0},
+                                 "rows": rows([1.0, 2.0, 3.0, 4.0], score)}
+    spec = check_frontier({"x": "kl/ref", "ys": ["eval/score"], "levels": 2, "window": 1,
+                           "pairs": [["a", "b"]]}, "t")
+    front = frontier_table({"experiment": experiment(spec), "runs": runs}, spec)
+    diffs = front["pairs"]["eval/score"]["a - b"]
+    # seeds 0 and 2 in both: a - b = 1 + seed^2 = 1 and 5 at every level
+    half = 12.706204736174707 * math.sqrt(8.0) / math.sqrt(2)  # t_{0.975, 1} sd / sqrt(n)
+    for d in diffs:
+        assert d["n"] == 2 and d["mean"] == pytest.approx(3.0)
+        assert d["ci"] == pytest.approx([3.0 - half, 3.0 + half])
+
+
+def test_pairs_at_condition_levels_pair_within_the_level():
+    from lmpo.experiments.frontier import pair_differences
+    per_seed = {"a@L0": {0: [1.0], 1: [2.0]}, "b@L0": {0: [0.0], 1: [0.0]},
+                "a@L1": {0: [5.0], 1: [5.0]}, "b@L1": {0: [1.0], 1: [1.0]}}
+    out = pair_differences(per_seed, [["a", "b"]])
+    assert set(out) == {"a@L0 - b@L0", "a@L1 - b@L1"}
+    assert out["a@L0 - b@L0"][0]["mean"] == pytest.approx(1.5)
+    assert out["a@L1 - b@L1"][0]["mean"] == pytest.approx(4.0)
+    assert out["a@L1 - b@L1"][0]["ci"] == pytest.approx([4.0, 4.0])  # no spread
+
+
 def test_unfinished_runs_are_left_out():
     runs = {("a", 0): {"finished": False, "before_row": {}, "rows": rows([9.0], {1: 9.0})},
             ("a", 1): {"finished": True, "before_row": {}, "rows": rows([1.0, 2.0], {2: 5.0})},
@@ -74,7 +105,10 @@ def test_unfinished_runs_are_left_out():
 @pytest.mark.parametrize("block, word", [
     ({"ys": ["eval/x"]}, "x and ys required"), ({"x": "kl/ref", "ys": "eval/x"}, "ys"),
     ({"x": "kl/ref", "ys": ["eval/x"], "levels": 0}, "levels"),
-    ({"x": "kl/ref", "ys": ["eval/x"], "bins": 3}, "frontier is")])
+    ({"x": "kl/ref", "ys": ["eval/x"], "bins": 3}, "frontier is"),
+    ({"x": "kl/ref", "ys": ["eval/x"], "pairs": [["a", "a"]]}, "pairs must be"),
+    ({"x": "kl/ref", "ys": ["eval/x"], "pairs": ["a"]}, "pairs must be"),
+    ({"x": "kl/ref", "ys": ["eval/x"], "pairs": [["a", "zz"]]}, "not in the experiment: zz")])
 def test_malformed_blocks_fail_clearly(block, word):
     with pytest.raises(ConfigError, match=word):
         parse_experiment({"arms": {"a": {"preset": "grpo"}}, "steps": 2, "differs_in": [],

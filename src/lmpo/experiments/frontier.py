@@ -8,6 +8,7 @@ metric (the KL to the reference) that every run reaches, and where each metric p
       window: 10                                  # x at an evaluation: its mean over the
                                                   # last `window` logged steps
       peak: [eval/accuracy/t3d1]                  # where each of these peaks (optional)
+      pairs: [[ppo_or, ppo_clip]]                 # paired differences (optional)
 
 A policy optimised against a learned reward model moves away from its reference as it
 gains reward, and faster under some losses than others; "final reward-model score" then
@@ -17,6 +18,10 @@ curve is its evaluations, x being the training KL around that step, starting at 
 score before training); the curve is read at level L where it first reaches L (linear
 interpolation between the two evaluations around the crossing). The reach is the
 smallest largest-x over all runs, so every run has a value at every level.
+
+`pairs` adds, for each [a, b] (at each condition level), a - b per seed at each level:
+its mean and paired t 95% interval over the seeds both arms finished. Descriptive: the
+intervals are not adjusted for the levels, metrics and pairs read.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import math
 import numpy as np
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.stats import summarize
+from lmpo.experiments.conditions import run_arm, split_arm
+from lmpo.experiments.stats import summarize, t_interval
 
-KEYS = {"x", "ys", "levels", "window", "peak"}
+KEYS = {"x", "ys", "levels", "window", "peak", "pairs"}
 
 
 def check_frontier(spec, where: str) -> dict:
@@ -36,9 +42,16 @@ def check_frontier(spec, where: str) -> dict:
     if not spec:
         return {}
     if not isinstance(spec, dict) or set(spec) - KEYS or not {"x", "ys"} <= set(spec):
-        raise ConfigError(f"{where}: frontier is {{x, ys, levels, window, peak}} (x and ys "
-                          f"required), got {spec!r}")
+        raise ConfigError(f"{where}: frontier is {{x, ys, levels, window, peak, pairs}} (x "
+                          f"and ys required), got {spec!r}")
+    # pairs has no default, so that an experiment without it saves (and resumes) as before
     out = {"levels": 4, "window": 10, "peak": []} | dict(spec)
+    pairs = out.get("pairs", [])
+    if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(a, str) for a in p)
+            and p[0] != p[1] for p in pairs):
+        raise ConfigError(f"{where}: frontier.pairs must be a list of [arm, other arm], got "
+                          f"{pairs!r}")
     for key in ("ys", "peak"):
         if not isinstance(out[key], list) or not all(isinstance(m, str) for m in out[key]):
             raise ConfigError(f"{where}: frontier.{key} must be a list of metric names")
@@ -73,8 +86,9 @@ def read_at(points: list[tuple], level: float) -> float:
 
 
 def frontier_table(data: dict, spec: dict) -> dict:
-    """{"levels", "reach", "at": {y: {arm: [summary per level]}}, "peak": {y: {arm: {value,
-    step, x}}}}, each summary over the arm's finished seeds."""
+    """{"levels", "reach", "at": {y: {arm: [summary per level]}}, "pairs": {y: {"a - b":
+    [difference per level]}}, "peak": {y: {arm: {value, step, x}}}}, each over the arm's
+    finished seeds."""
     exp = data["experiment"]
     runs = {key: run for key, run in data["runs"].items() if run["finished"]}
     curves = {(key, y): curve(run["rows"], run["before_row"], spec["x"], y, spec["window"])
@@ -85,11 +99,14 @@ def frontier_table(data: dict, spec: dict) -> dict:
     reach = min(tops)
     levels = [reach * (i + 1) / spec["levels"] for i in range(spec["levels"])]
     out = {"x": spec["x"], "levels": levels, "reach": reach, "at": {}, "peak": {}}
+    out["pairs"] = {}
     for y in spec["ys"]:
-        out["at"][y] = {
-            arm.name: [summarize([read_at(curves[(k, y)], lv) for k in runs if k[0] == arm.name])
-                       for lv in levels]
-            for arm in exp.arms}
+        per_seed = {arm.name: {k[1]: [read_at(curves[(k, y)], lv) for lv in levels]
+                               for k in runs if k[0] == arm.name} for arm in exp.arms}
+        out["at"][y] = {arm: [summarize([v[i] for v in seeds.values()])
+                              for i in range(len(levels))] for arm, seeds in per_seed.items()}
+        if spec.get("pairs"):
+            out["pairs"][y] = pair_differences(per_seed, spec["pairs"])
     for y in spec["peak"]:
         out["peak"][y] = {}
         for arm in exp.arms:
@@ -100,6 +117,28 @@ def frontier_table(data: dict, spec: dict) -> dict:
                     "value": summarize([b[2] for b in best]),
                     "step": summarize([b[0] for b in best]),
                     "x": summarize([b[1] for b in best])}
+    return out
+
+
+def pair_differences(per_seed: dict, pairs: list[list[str]]) -> dict:
+    """{"a@L - b@L": [{"mean", "ci", "n"} per level]} for each pair at each condition level,
+    from per_seed {run arm: {seed: [value per level]}} over the seeds both arms have."""
+    out = {}
+    for name in per_seed:
+        arm, level = split_arm(name)
+        for a, b in pairs:
+            other = run_arm(b, level)
+            if arm != a or other not in per_seed:
+                continue
+            seeds = sorted(set(per_seed[name]) & set(per_seed[other]))
+            rows = []
+            for i in range(len(per_seed[name][seeds[0]]) if seeds else 0):
+                d = np.array([per_seed[name][s][i] - per_seed[other][s][i] for s in seeds])
+                d = d[np.isfinite(d)]
+                lo, hi = t_interval(d) if d.size > 1 else (math.nan, math.nan)
+                rows.append({"mean": float(d.mean()) if d.size else math.nan,
+                             "ci": [lo, hi], "n": int(d.size)})
+            out[f"{name} - {other}"] = rows
     return out
 
 
@@ -118,6 +157,16 @@ def frontier_lines(front: dict, arms: list[str], fmt, cell) -> list[str]:
             lines.append(f"| {fmt(level)} | " + " | ".join(
                 cell(per_arm[a][i]) if a in per_arm else "-" for a in arms) + " |")
         lines.append("")
+        diffs = front.get("pairs", {}).get(y)
+        if diffs:
+            lines += [f"*{y}, paired by seed* (mean [95% t interval]; descriptive, unadjusted)",
+                      "", f"| {front['x']} | " + " | ".join(diffs) + " |",
+                      "|---|" + "---|" * len(diffs)]
+            for i, level in enumerate(front["levels"]):
+                lines.append(f"| {fmt(level)} | " + " | ".join(
+                    f"{fmt(d[i]['mean'])} [{fmt(d[i]['ci'][0])}, {fmt(d[i]['ci'][1])}]"
+                    for d in diffs.values()) + " |")
+            lines.append("")
     for y, per_arm in front["peak"].items():
         lines += [f"**Where {y} peaks** (its largest evaluated value per run)", "",
                   f"| arm | peak value | at step | at {front['x']} |", "|---|---|---|---|"]

@@ -227,6 +227,11 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):
         raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
+    unknown = sorted({a for pair in exp.frontier.get("pairs", []) for a in pair}
+                     - {a.name for a in arms})
+    if unknown:
+        raise ConfigError(f"{where}: frontier.pairs name arms that are not in the experiment: "
+                          f"{', '.join(unknown)} (arms: {', '.join(a.name for a in arms)})")
     for arm in arms:
         clash = level_clashes(exp.conditions, arm.overrides)
         if clash:
