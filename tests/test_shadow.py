@@ -4,9 +4,12 @@ registered loss as a comparator, and a run's rows bit-identical with and without
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lmpo.config import load_config
 from lmpo.losses import default_aggregation, get_loss, list_losses, loss_hparams
@@ -74,6 +77,30 @@ def test_a_sequence_level_loss_spreads_its_weight_over_the_sequence():
     p = token_weights(logp, old, adv, m, get_loss("ppo_clip"), "seq-mean-token-mean", n, None)
     want = 0.5 * sum(abs(0.25 - r / sum(ratios)) for r in ratios)
     assert l1_tv(g.flatten(), p.flatten()) == pytest.approx(want, rel=1e-9)
+
+
+@given(st.lists(st.floats(-3, 3, allow_nan=False).filter(lambda a: abs(a) > 1e-3),
+                min_size=2, max_size=12), st.floats(0.05, 0.3))
+def test_on_policy_or_against_the_clip_measures_the_spread_of_abs_advantage(advs, alpha):
+    """At the rollout policy (ratio 1) PPO-clip's weight is -A / n and Output Reset's
+    -2 alpha sign(A) / n, so their TV is that of |A| against a uniform distribution over
+    the tokens: 0 when every |A| is equal (GRPO at G = 2, whose advantages are +-1/sqrt(2)
+    or 0), and the TV of the |A| profile for per-token GAE advantages. Reference in
+    float64 from the advantages alone."""
+    n = len(advs)
+    logp, old, adv, m = row([1.0] * n, advs)
+    counts = N | {"num_tokens": torch.tensor(float(n))}
+    g = token_weights(logp, old, adv, m, get_loss("ppo_clip"), "token-mean", counts, None)
+    o = token_weights(logp, old, adv, m, partial(get_loss("output_reset"), alpha=alpha),
+                      "token-mean", counts, None)
+    total = sum(abs(a) for a in advs)
+    want = 0.5 * sum(abs(abs(a) / total - 1 / n) for a in advs)
+    assert l1_tv(g.flatten(), o.flatten()) == pytest.approx(want, rel=1e-9, abs=1e-12)
+    equal = [0.7071067811865476 * (1 if a > 0 else -1) for a in advs]
+    logp, old, adv, m = row([1.0] * n, equal)
+    g = token_weights(logp, old, adv, m, get_loss("ppo_clip"), "token-mean", counts, None)
+    o = token_weights(logp, old, adv, m, get_loss("output_reset"), "token-mean", counts, None)
+    assert l1_tv(g.flatten(), o.flatten()) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_correction_weights_multiply_both_terms():
