@@ -5,7 +5,13 @@ import math
 import pytest
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.frontier import check_frontier, curve, frontier_table, read_at
+from lmpo.experiments.frontier import (
+    check_frontier,
+    curve,
+    frontier_table,
+    pair_differences,
+    read_at,
+)
 from lmpo.experiments.spec import Arm, Experiment, parse_experiment
 
 
@@ -82,10 +88,9 @@ def test_pairs_are_differences_by_seed_with_a_paired_t_interval():
 
 
 def test_pairs_at_condition_levels_pair_within_the_level():
-    from lmpo.experiments.frontier import pair_differences
     per_seed = {"a@L0": {0: [1.0], 1: [2.0]}, "b@L0": {0: [0.0], 1: [0.0]},
                 "a@L1": {0: [5.0], 1: [5.0]}, "b@L1": {0: [1.0], 1: [1.0]}}
-    out = pair_differences(per_seed, [["a", "b"]])
+    out = pair_differences(per_seed, [["a", "b"]], 1)
     assert set(out) == {"a@L0 - b@L0", "a@L1 - b@L1"}
     assert out["a@L0 - b@L0"][0]["mean"] == pytest.approx(1.5)
     assert out["a@L1 - b@L1"][0]["mean"] == pytest.approx(4.0)

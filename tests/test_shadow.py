@@ -96,7 +96,7 @@ def test_on_policy_or_against_the_clip_measures_the_spread_of_abs_advantage(advs
     total = sum(abs(a) for a in advs)
     want = 0.5 * sum(abs(abs(a) / total - 1 / n) for a in advs)
     assert l1_tv(g.flatten(), o.flatten()) == pytest.approx(want, rel=1e-9, abs=1e-12)
-    equal = [0.7071067811865476 * (1 if a > 0 else -1) for a in advs]
+    equal = [math.copysign(1 / math.sqrt(2), a) for a in advs]
     logp, old, adv, m = row([1.0] * n, equal)
     g = token_weights(logp, old, adv, m, get_loss("ppo_clip"), "token-mean", counts, None)
     o = token_weights(logp, old, adv, m, get_loss("output_reset"), "token-mean", counts, None)
