@@ -29,7 +29,8 @@ from lmpo.trainer.checkpoint import untimed_rows  # noqa: E402
 from tests.test_experiments import experiment  # noqa: E402
 
 JOBS = 2  # runs at once per node: 2 CPUs / 2 = 1 thread each, as the pool gives here
-STEPS = 5  # the reference sweep's run length
+STEPS = 20  # the reference sweep's run length: long enough that a run seen early on
+KILL_BY = 5  # (by step KILL_BY) is still running when its node is killed
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +141,11 @@ def test_a_killed_node_s_runs_finish_on_the_other_with_the_same_rows(cluster, po
     victim, deadline = workers[1], time.time() + 240
 
     def part_way() -> list[Path]:
-        """The victim's runs with rows written but not all of them."""
+        """The victim's runs with rows written, early on."""
         return [p.parent for p in out.glob("runs/*/seed*/.lease")
                 if victim.node_id[:12] in read_lease(p.parent)["holder"]
                 and 2 <= len((p.parent / "metrics.jsonl").read_text().splitlines()
-                             if (p.parent / "metrics.jsonl").exists() else []) < STEPS]
+                             if (p.parent / "metrics.jsonl").exists() else []) <= KILL_BY]
 
     while time.time() < deadline and not (hit := part_way()):
         time.sleep(0.05)
@@ -154,15 +155,9 @@ def test_a_killed_node_s_runs_finish_on_the_other_with_the_same_rows(cluster, po
     assert not sweep.is_alive() and result["rc"] == 0
     record = json.loads((out / "sweep.json").read_text())[-1]
     assert record["retried"] and all(s == "done" for s in record["status"].values())
-    # a run may write its last rows between the poll and the kill and end on the victim;
-    # the others were part-way when it went, and a second attempt took each over
-    taken = [run for run in hit if read_lease(run)["token"] >= 2]
-    assert taken, "every run seen part-way ended before the kill: nothing was retried"
-    for run in taken:
+    for run in hit:  # part-way when the node went: a second attempt took each over
+        assert read_lease(run)["token"] >= 2
         assert victim.node_id[:12] not in read_lease(run)["holder"]
-    for run in set(hit) - set(taken):
-        assert victim.node_id[:12] in read_lease(run)["holder"]
-        assert len((run / "metrics.jsonl").read_text().splitlines()) == STEPS
     assert rows(out) == want
     workers[1] = c.add_node(num_cpus=2)  # the next test gets its two workers back
     c.wait_for_nodes()
