@@ -13,13 +13,9 @@ import yaml
 
 from lmpo.errors import ConfigError
 from lmpo.experiments.engagement import below_floor, part_mediators
-from lmpo.experiments.stats import (
-    EFFECTIVE,
-    effective_flags,
-    holm_levels,
-    includes_null,
-    judge,
-)
+from lmpo.experiments.labels import includes_null, judge
+from lmpo.experiments.multiplicity import holm_adjust, step_down_alphas
+from lmpo.experiments.stats import EFFECTIVE, effective_flags
 
 DIRECTION = {"kind": "direction", "expect": "greater", "min_effect": 0.05}
 WHY = "same-batch weight_tv below the floor"
@@ -89,38 +85,50 @@ def test_the_floor_reads_the_upper_bound_not_the_mean():
     assert below_floor({"status": "not measured", "reason": "x"}) is None
 
 
-def test_labels_come_from_the_holm_adjusted_interval():
-    """Three claims: the weakest is significant alone (p ~ 0.03) but not at its Holm level
-    over the family, so it is labelled from the wider interval."""
+def test_labels_come_from_the_step_down():
+    """Three claims: the weakest is significant alone (p ~ 0.03) but not after Holm's
+    step-down over the family, so it is labelled from its adjusted p, beside the interval
+    at the level where the step-down stopped."""
     a, b = values(0.02, sd=0.015)
     alone = judge(DIRECTION, a, b)
-    assert alone["ci"][0] > 0 and alone["verdict"] == "holds"
-    levels = holm_levels([1e-6, 1e-5, alone["p"]])
-    assert levels[:2] == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2]) and levels[2] == 0.95
-    adjusted = judge(DIRECTION, a, b, level=holm_levels([alone["p"], 0.2, 0.3])[0])
-    assert adjusted["ci"] == alone["ci"] and adjusted["ci_holm"][0] < 0 < adjusted["ci"][0]
-    assert adjusted["verdict"] == "direction only"  # MDE below min_effect 0.05
-    assert adjusted["mde"] > alone["mde"]  # the MDE at the labelling level
-    strict = judge(DIRECTION | {"min_effect": 0.03}, a, b, level=adjusted["holm_level"])
+    assert alone["ci"][0] > 0 and alone["verdict"] == "holds" and alone["p_adj"] == alone["p"]
+    ps = [1e-6, 1e-5, alone["p"]]
+    alphas = step_down_alphas(ps)
+    assert alphas == pytest.approx([0.05 / 3, 0.05 / 2, 0.05])  # all three rejected
+    ps = [alone["p"], 0.2, 0.3]  # the first is not rejected: every claim reads alpha / 3
+    alphas, adjusted = step_down_alphas(ps), holm_adjust(ps)
+    assert alphas == pytest.approx([0.05 / 3] * 3) and adjusted[0] == pytest.approx(3 * ps[0])
+    r = judge(DIRECTION, a, b, alpha=alphas[0], p_adj=adjusted[0])
+    assert r["ci"] == alone["ci"] and r["ci_holm"][0] < 0 < r["ci"][0]
+    assert r["verdict"] == "negligible" and r["p_adj"] > 0.05  # inside +-min_effect 0.05
+    assert r["mde"] > alone["mde"]  # the MDE at the labelling level
+    strict = judge(DIRECTION | {"min_effect": 0.03}, a, b, alpha=alphas[0], p_adj=adjusted[0])
     assert alone["mde"] < 0.03 < strict["mde"]
     assert strict["verdict"] == "underpowered" and strict["first"] == "direction only"
-    assert math.isnan(holm_levels([math.nan, 0.01])[0]) is False
+    assert strict["unadjusted"] == pytest.approx([alone["effect"], *alone["ci"]])
+    assert math.isnan(holm_adjust([math.nan, 0.01])[0]) and holm_adjust([math.nan, 0.01])[1] \
+        == 0.01
 
 
 def test_mediators_are_not_confounds_and_other_differences_are():
-    """EBPO vs GRPO: EBPO's larger mean |A| is its mechanism (its estimator declares it);
-    an unequal step norm is still flagged, and unequal optimiser steps always are."""
+    """EBPO vs GRPO: EBPO's larger mean |A| is its mechanism (its estimator declares it,
+    and with it the step norm and the share of steps gradient-norm clipping rescales); an
+    unequal reward range is still flagged, and unequal optimiser steps always are."""
     ebpo = {"advantage.name": "ebpo", "loss.name": "ppo_clip"}
     grpo = {"advantage.name": "grpo", "loss.name": "ppo_clip"}
     assert "adv_abs_mean" in part_mediators(ebpo, grpo)
-    means = {"ebpo": {"adv_abs_mean": 0.68, "step_norm": 0.2, "optim_steps": 100.0},
-             "grpo": {"adv_abs_mean": 0.22, "step_norm": 0.2, "optim_steps": 100.0}}
+    means = {"ebpo": {"adv_abs_mean": 0.68, "step_norm": 0.2, "optim_steps": 100.0,
+                      "reward_range": 1.0},
+             "grpo": {"adv_abs_mean": 0.22, "step_norm": 0.2, "optim_steps": 100.0,
+                      "reward_range": 1.0}}
     pair = [("ebpo", "grpo")]
     assert effective_flags(pair, means, part_mediators(ebpo, grpo)) == []
     assert effective_flags(pair, means, [])[0].startswith("adv_abs_mean")
-    means["ebpo"] |= {"step_norm": 0.5, "optim_steps": 200.0}
+    means["ebpo"] |= {"step_norm": 0.5, "grad_clip_share": 0.9, "optim_steps": 200.0,
+                      "reward_range": 2.0}
+    means["grpo"] |= {"grad_clip_share": 0.1}
     flags = effective_flags(pair, means, [*part_mediators(ebpo, grpo), "optim_steps"])
-    assert [f.split(" ")[0] for f in flags] == ["step_norm", "optim_steps"]
+    assert [f.split(" ")[0] for f in flags] == ["reward_range", "optim_steps"]
     stop = {"controller.name": "espo"}
     assert set(part_mediators(stop, {"controller.name": "none"})) == {"rollout_tokens",
                                                                      "update_share"}
@@ -224,7 +232,7 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
         "comparators"]
     md = report(out)
     rep = json.loads(md.with_suffix(".json").read_text())
-    assert rep["schema_version"] == 2 and rep["setup"]["conditions"]["doses"] == DOSES
+    assert rep["schema_version"] == 3 and rep["setup"]["conditions"]["doses"] == DOSES
     at_l0, trend = rep["claims"]
     assert at_l0["level"] == "L0" and at_l0["role"] == "headline"
     assert at_l0["engagement"]["value"] == pytest.approx(0.0005)
@@ -236,9 +244,13 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
     levels = {lv["level"]: lv for lv in trend["levels"]}
     assert levels["L2"]["effect"] == pytest.approx(0.4) and levels["L2"]["x"] == 2.0
     assert levels["L1"]["engagement"]["value"] == pytest.approx(0.1)
+    top = max(levels.values(), key=lambda lv: lv["engagement"]["value"])  # per level, and
+    assert trend["engagement"]["at"] == top["level"]  # the highest in the claim's line
+    assert "verdict" not in top  # one label per comparison: the level rows carry none
     assert "dose_0.png" in rep["plots"] and (out / "dose_0.png").stat().st_size > 1000
     text = md.read_text()
-    assert "### Dose-response" in text and "| L2 | 4.000 | 2.000 | 0.400" in text
+    assert "#### Per level (descriptive)" in text and "| L2 | 4.00 | 2.00 | +0.400" in text
+    assert "| L0 | 0 | 0 | 0 [" in text and "not engaged (claim 1) |" in text
 
 
 def test_an_arm_may_run_at_some_levels_only():

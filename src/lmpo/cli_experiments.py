@@ -34,9 +34,9 @@ def add_experiment_parsers(sub) -> None:
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")
     rp.add_argument("--out", help="where report.md goes (default DIR/report.md)")
-    rp.add_argument("--rejudge", metavar="EXPERIMENT",
-                    help="DIR is a committed report folder: re-judge its report.json by "
-                         "today's rules with EXPERIMENT's claims (config audit from its data)")
+    rp.add_argument("--rejudge", action="store_true",
+                    help="the report already at --out gives the earlier labels: a changed "
+                         "label is marked re-judged (maintainers; docs/reproductions.md)")
     rp.add_argument("--readme", metavar="PAPER",
                     help="also print the claims as rows of the README's Results table, "
                          "with PAPER in the first column")
@@ -83,13 +83,7 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from lmpo.experiments.report import report
 
-    if args.rejudge:
-        from lmpo.experiments.rejudge import rejudge
-
-        out = rejudge(args.dir, args.rejudge)
-        print(f"re-judged: {out}")
-    else:
-        out = report(args.dir, args.out)
+    out = report(args.dir, args.out, rejudge=args.rejudge)
     if args.readme:
         import os
 

@@ -14,7 +14,9 @@ ADVANTAGES = Registry("advantage estimator", defaults={
     "needs_critic": False, "wants_clusters": False, "wants_lengths": False,
     "wants_parts": False, "wants_baselines": False, "peer_keys": {}, "peer_names": {},
     "diagnostics": (), "engagement": None,
-    "mediates": ("adv_abs_mean",),  # what a change of estimator changes by design
+    # what a change of estimator changes by design: |A|, and with it the step's size and
+    # how often gradient-norm clipping rescales it
+    "mediates": ("adv_abs_mean", "grad_clip_share", "step_norm"),
     "preset_keys": (), "title": "", "source": "", "summary": ""})
 
 

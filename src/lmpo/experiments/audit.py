@@ -30,14 +30,14 @@ from lmpo.experiments.engagement import (
     part_mediators,
 )
 from lmpo.experiments.keys import NEVER_COUNT, covered
+from lmpo.experiments.labels import judge
+from lmpo.experiments.multiplicity import family_size, holm_adjust, step_down_alphas
 from lmpo.experiments.stats import (
     EFFECTIVE,
     PRE_CLIP,
     claim_p,
     effective_flags,
     effective_value,
-    holm_levels,
-    judge,
     reduce_metric,
 )
 
@@ -207,11 +207,21 @@ def prepare_dose(claim: dict, data: dict, flats: dict, means: dict, floor: float
         entry |= extra
     return {"claim": claim, "seeds": seeds, "a": changes, "b": zeros,
             "p": claim_p(trend_claim(claim), changes, zeros), "confounded": claim_audits(
-                claim, pairs, exp, flats, means), "engagement": engs[0] if engs else
-            not_measured("no level"), "fixed": [], "not_engaged": reason, "engine": None,
+                claim, pairs, exp, flats, means), "engagement": highest(engs, levels),
+            "fixed": [], "not_engaged": reason, "engine": None,
             "levels": result_levels or info, "slope_per_dose": float(
                 np.mean(slopes(effects, doses))) if len(seeds) else math.nan,
             "dose_range": [float(doses.min()), float(doses.max())]}
+
+
+def highest(engs: list[dict], levels: list[str]) -> dict:
+    """A trend's engagement in one line: the level where the pair's same-batch distance is
+    highest (`at`), each level's own beside its effect; "not measured" where no level is."""
+    measured = [(e["value"], i) for i, e in enumerate(engs)
+                if e.get("status") != "not measured" and not math.isnan(e.get("value", math.nan))]
+    if not measured:
+        return engs[0] if engs else not_measured("no level")
+    return engs[max(measured)[1]] | {"at": levels[max(measured)[1]]}
 
 
 def fixed_source(claim: dict) -> str:
@@ -220,25 +230,20 @@ def fixed_source(claim: dict) -> str:
 
 def judge_claims(data: dict) -> list[dict]:
     """Every claim of the (expanded) experiment judged on its finished runs: audits and
-    engagement first, then the label from the interval at the claim's Holm level within its
-    family (headline, secondary or descriptive claims)."""
+    engagement first, then the label from Holm's step-down within its family (headline,
+    secondary or descriptive claims; `lmpo.experiments.multiplicity`)."""
     exp = data["experiment"]
     flats, table = arm_configs(data), effective_table(data)
     means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
     floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
     prepared = [prepare(claim, data, flats, means, floor) for claim in exp.claims]
-    levels = [0.0] * len(prepared)
-    for role in dict.fromkeys(p["claim"].get("role", "headline") for p in prepared):
-        family = [i for i, p in enumerate(prepared) if p["claim"].get("role", "headline") == role]
-        for i, level in zip(family, holm_levels([prepared[i]["p"] for i in family]),
-                            strict=True):
-            levels[i] = level
+    families = family_levels([(p["claim"].get("role", "headline"), p["p"]) for p in prepared])
     results = []
-    for p, level in zip(prepared, levels, strict=True):
+    for p, (alpha, p_adj, family) in zip(prepared, families, strict=True):
         claim = p["claim"]
         judged = trend_claim(claim) if claim["kind"] == "dose_response" else claim
         result = judge(judged, p["a"], p["b"], confounded=p["confounded"],
-                       not_engaged=p["not_engaged"], level=level)
+                       not_engaged=p["not_engaged"], alpha=alpha, p_adj=p_adj) | family
         if claim["kind"] == "dose_response":
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}
@@ -248,5 +253,21 @@ def judge_claims(data: dict) -> list[dict]:
         results.append({"claim": describe_claim(named), "sentence": claim["sentence"],
                         "kind": claim["kind"], "seeds": p["seeds"], "engaged": p["fixed"],
                         "engagement": p["engagement"], "role": claim.get("role", "headline"),
-                        "level": claim.get("level"), "index": claim.get("index")} | result)
+                        "level": claim.get("level"), "index": claim.get("index"),
+                        "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
+                        "statistic": claim.get("statistic"),
+                        "arms": claim.get("base_arms", claim["arms"])} | result)
     return results
+
+
+def family_levels(claims: list[tuple[str, float]]) -> list[tuple[float, float, dict]]:
+    """Per claim (role, p): its per-comparison alpha and Holm-adjusted p within the family
+    of its role, and {family, family_size}."""
+    out: list = [None] * len(claims)
+    for role in dict.fromkeys(r for r, _ in claims):
+        members = [i for i, (r, _) in enumerate(claims) if r == role]
+        ps = [claims[i][1] for i in members]
+        info = {"family": role, "family_size": family_size(ps)}
+        for i, alpha, q in zip(members, step_down_alphas(ps), holm_adjust(ps), strict=True):
+            out[i] = (alpha, None if math.isnan(q) else q, info)
+    return out

@@ -1,34 +1,62 @@
-"""The report's claims: one table row per claim (and level), then each dose_response
-claim's levels and trend. Rendered from report.json alone, so a committed report.md is
-exactly `rendered(report.json)`."""
+"""The report's claims: a short table (one row per claim: its label and effect in the
+metric's units), then one card per claim with its numbers, its test and its audits, then
+each dose_response claim's levels and trend. Rendered from report.json alone, so a
+committed report.md is exactly `rendered(report.json)`.
+
+A comparison (metric, arm pair, level) carries one label: a dose_response claim's
+per-level rows show effects and intervals (descriptive, adjusted over its levels) and
+the label of the same comparison's level claim where the experiment makes one.
+"""
 
 from __future__ import annotations
 
 import math
 
-from lmpo.experiments.stats import MIN_SEEDS
+from lmpo.experiments.units import amount, value_ci
 
-REJUDGED = "re-judged (exploratory)"
+REJUDGED = "re-judged"
 
 
 def fmt(x) -> str:
+    """A plain number for the per-arm tables: 3 significant digits, never an exponent."""
+    from lmpo.experiments.units import sig
+
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:.2e}" if abs(x) < 0.01 and x != 0 else f"{x:.3f}"
+    return sig(float(x), 3)
 
 
 def span(ci) -> str:
     return f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "-"
 
 
+def units_of(c: dict) -> dict:
+    """The keyword arguments `value_ci` / `amount` need for a claim's statistic."""
+    metric = c.get("metric") or c["claim"].split(":")[0].split(" (")[0]
+    statistic = c.get("statistic")
+    if statistic is None and c["kind"] in ("threshold", "equivalence"):
+        text = c["claim"]
+        statistic = "ratio" if " / " in text.split(":", 1)[-1] else None
+    reduce = c.get("reduce") or ("last_over_first" if "/ first" in c["claim"] else None)
+    return {"metric": metric, "kind": "direction" if c["kind"] == "dose_response" else
+            c["kind"], "statistic": statistic, "reduce": reduce}
+
+
+def effect_text(c: dict, key: str = "ci") -> str:
+    return value_ci(c.get("effect"), c.get(key), **units_of(c))
+
+
 def shown_verdict(c: dict) -> str:
     """The label with its reason where the reason is the label's (not only the MDE); a
-    descriptive level's label says so; a re-judged one names its earlier label."""
+    descriptive claim's label says so; a re-judged one names its earlier label."""
     reason = c.get("reason") or ""
     out = f"**{c['verdict']}**" + (f" ({reason})" if reason and not reason.startswith("MDE")
-                                   else "")
+                                   or c["verdict"] == "underpowered" else "")
+    if c.get("unadjusted"):
+        point, lo, hi = c["unadjusted"]
+        out += f"; unadjusted {value_ci(point, [lo, hi], **units_of(c))}"
     if c.get("role") == "descriptive":
         out += " (descriptive)"
     if c.get("rejudged"):
@@ -43,7 +71,8 @@ def shown_engagement(c: dict) -> str:
     if eng.get("status") == "not measured":
         return "not measured"
     metric = eng["metric"].rsplit("/", 1)[-1]
-    return f"{metric} {fmt(eng['value'])} {span(eng['ci'])} (floor {eng['floor']:g})"
+    at = f" at {eng['at']} (highest over levels)" if eng.get("at") else ""
+    return f"{metric} {fmt(eng['value'])} {span(eng['ci'])}{at} (floor {eng['floor']:g})"
 
 
 def claim_cell(c: dict) -> str:
@@ -51,49 +80,92 @@ def claim_cell(c: dict) -> str:
     return f"`{c['level']}` {text}" if c.get("level") else text
 
 
+def test_line(c: dict) -> str:
+    """How the label was reached: p, the Holm-adjusted p in its family, the interval at
+    the level the step-down used."""
+    if c.get("p") is None or (isinstance(c["p"], float) and math.isnan(c["p"])):
+        return "not tested"
+    family = c.get("family") or c.get("role") or "headline"
+    size = c.get("family_size")
+    fam = f"{family} family of {size}" if size else f"{family} family"
+    test = {"equivalence": "TOST p", "spread": "Pitman-Morgan p"}.get(c["kind"], "p")
+    adj = c.get("p_adj")
+    adj_text = f", Holm-adjusted {pval(adj)}" if adj is not None else ""
+    level = c.get("holm_level")
+    at = f"; interval at {100 * level:.4g}%: {effect_text(c, 'ci_holm')}" \
+        if level and c.get("ci_holm") else ""
+    return f"{test} {pval(c['p'])}{adj_text} ({fam}){at}"
+
+
+def pval(p) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "-"
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
+def card(i: int, c: dict) -> list[str]:
+    u = units_of(c)
+    sentence = c["sentence"].strip().replace("\n", " ")
+    improve = c.get("p_improve")
+    better = (f"; the first arm ahead in {improve * c['n']:.3g} of {c['n']} seeds"
+              if improve is not None and c["kind"] != "dose_response" else "")
+    power = f"MDE {amount(c.get('mde'), **u)}" + (
+        f" (min_effect {amount(c['min_effect'], **u)})" if c.get("min_effect") else "")
+    return [f"### {i}. {claim_cell(c)}", "", f"> {sentence}", "",
+            f"- **verdict**: {shown_verdict(c)}",
+            f"- effect: {effect_text(c)} (95%, n = {c['n']}{better})",
+            f"- test: {test_line(c)}", f"- power: {power}",
+            f"- engagement: {shown_engagement(c)}", ""]
+
+
 def claim_lines(claims: list[dict]) -> list[str]:
     lines = ["", "## Claims", ""]
     if not claims:
         return lines + ["No claims in this experiment."]
-    lines += [f"This experiment makes {len(claims)} claims. Intervals: a paired t interval "
-              f"on the per-seed statistic below 10 seeds, a paired bootstrap from 10 seeds "
-              f"and for spread claims. The label comes from the Holm-adjusted interval "
-              f"(over the claims of its family: headline, secondary or descriptive), the "
-              f"unadjusted 95% interval is shown beside it. MDE: the smallest effect the "
-              f"seeds detect with 80% power at the labelling level; below {MIN_SEEDS} seeds: "
-              f"insufficient seeds. Engagement: the pair's same-batch distance (per-token "
-              f"gradient weights, or stop decisions); \"not engaged\" only below the floor "
-              f"with an interval that includes the null.", "",
-              "| claim | the paper | seeds | effect [95% CI] | Holm-adjusted CI | MDE "
-              "(min_effect) | engagement | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for c in claims:
-        sentence = c["sentence"].replace("|", "\\|")
-        power = f"{fmt(c.get('mde'))} ({fmt(c.get('min_effect'))})"
-        lines.append(f"| {claim_cell(c)} | {sentence} | {c['n']} | {fmt(c['effect'])} "
-                     f"{span(c['ci'])} | {span(c.get('ci_holm'))} | {power} | "
-                     f"{shown_engagement(c)} | {shown_verdict(c)} |")
-    for c in claims:
+    lines += [f"This experiment makes {len(claims)} claims. Each label comes from Holm's "
+              "step-down within its family (headline, secondary or descriptive); the "
+              "interval beside it is the one at the level the step-down used, the 95% "
+              "interval is unadjusted. How a label is decided: docs/reproductions.md.", "",
+              "| # | claim | verdict | effect [95% CI] |", "|---|---|---|---|"]
+    for i, c in enumerate(claims, 1):
+        lines.append(f"| {i} | {claim_cell(c)} | {shown_verdict(c)} | {effect_text(c)} |")
+    lines.append("")
+    for i, c in enumerate(claims, 1):
+        lines += card(i, c)
         if c["kind"] == "dose_response":
-            lines += dose_lines(c)
+            lines += dose_lines(c, claims)
     return lines
 
 
-def dose_lines(c: dict) -> list[str]:
+def level_label(c: dict, level: str, claims: list[dict]) -> str:
+    """The label of the level claim that makes the same comparison (metric, arms, reduce)
+    at `level`, or '-'."""
+    for other in claims:
+        if other["kind"] == "direction" and other.get("level") == level and \
+                other.get("metric") == c.get("metric") and other.get("arms") == c.get(
+                    "arms") and other["claim"].split(":")[0] == c["claim"].split(":")[0]:
+            return f"{other['verdict']} (claim {claims.index(other) + 1})"
+    return "-"
+
+
+def dose_lines(c: dict, claims: list[dict]) -> list[str]:
     """A dose_response claim: the effect and the pair's engagement at every level, then the
     trend (the fitted change over the dose range, and the slope per unit dose)."""
     x = c.get("x")
-    lines = ["", f"### Dose-response: {c['claim']}", "",
-             f"| level | dose |{f' {x} |' if x else ''} effect [95% CI] | Holm-adjusted CI "
-             "(over the levels) | engagement |",
-             "|---|---|" + ("---|" if x else "") + "---|---|---|"]
+    u = units_of(c)
+    lines = ["#### Per level (descriptive)", "",
+             f"| level | dose |{f' {x} |' if x else ''} effect [95% CI] | adjusted over "
+             "the levels | engagement | the level claim's label |",
+             "|---|---|" + ("---|" if x else "") + "---|---|---|---|"]
     for lv in c.get("levels", []):
         xs = f" {fmt(lv.get('x'))} |" if x else ""
-        lines.append(f"| {lv['level']} | {fmt(lv['dose'])} |{xs} {fmt(lv.get('effect'))} "
-                     f"{span(lv.get('ci'))} | {span(lv.get('ci_holm'))} | "
-                     f"{shown_engagement(lv)} |")
+        adj = value_ci(None, lv.get("ci_holm"), **u).replace("- ", "", 1) \
+            if lv.get("ci_holm") else "-"
+        lines.append(f"| {lv['level']} | {fmt(lv['dose'])} |{xs} "
+                     f"{value_ci(lv.get('effect'), lv.get('ci'), **u)} | {adj} | "
+                     f"{shown_engagement(lv)} | {level_label(c, lv['level'], claims)} |")
     lo, hi = c.get("dose_range", [math.nan, math.nan])
     lines += ["", f"Trend: the change from dose {fmt(lo)} to {fmt(hi)} by each seed's "
-                  f"least-squares line, {fmt(c['effect'])} {span(c['ci'])} (Holm-adjusted "
-                  f"{span(c.get('ci_holm'))}); slope {fmt(c.get('slope_per_dose'))} per unit "
-                  f"dose; {shown_verdict(c)}."]
+                  f"least-squares line, {effect_text(c)}; slope {fmt(c.get('slope_per_dose'))}"
+                  " per unit dose.", ""]
     return lines

@@ -31,7 +31,13 @@
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.stats import ALWAYS_CONFOUNDS, EFFECTIVE, EXPECT, REDUCERS
+from lmpo.experiments.stats import (
+    ALWAYS_CONFOUNDS,
+    EFFECTIVE,
+    EXPECT,
+    LEGACY_EFFECTIVE,
+    REDUCERS,
+)
 
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
@@ -39,8 +45,10 @@ OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engag
 
 
 def mediators(claim: dict) -> list[str]:
-    """The claim's declared mediators (`mediators`, or its alias `expects`)."""
-    return list(dict.fromkeys([*claim.get("mediators", []), *claim.get("expects", [])]))
+    """The claim's declared mediators (`mediators`, or its alias `expects`; an old name of
+    a quantity read as today's)."""
+    names = [*claim.get("mediators", []), *claim.get("expects", [])]
+    return list(dict.fromkeys(LEGACY_EFFECTIVE.get(n, n) for n in names))
 
 
 def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | None = None

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmpo.experiments.stats import holm_levels, judge, p_value
+from lmpo.experiments.multiplicity import holm_adjust, step_down_alphas
+from lmpo.experiments.stats import interval, p_value
 
 
 def seed_effects(per_level: dict[str, tuple[dict, dict]], seeds: list[int]
@@ -48,18 +49,27 @@ def trend_claim(claim: dict) -> dict:
 
 
 def level_results(claim: dict, effects: np.ndarray, levels: list[str]) -> list[dict]:
-    """The effect at each level, with its 95% and Holm-adjusted (over the levels)
-    intervals: descriptive."""
+    """The effect at each level with its 95% interval and its interval adjusted over the
+    levels (Holm's step-down, `lmpo.experiments.multiplicity`): descriptive, never a
+    label (the same comparison's level claim, where the experiment makes one, carries
+    it)."""
     pseudo = trend_claim(claim)
     zeros = np.zeros(effects.shape[0])
-    ps = [p_value("direction", pseudo, effects[:, j], zeros) if effects.shape[0] >= 3
-          else float("nan") for j in range(len(levels))]
-    holm = holm_levels(ps)
+    enough = effects.shape[0] >= 3
+    ps = [p_value("direction", pseudo, effects[:, j], zeros) if enough else float("nan")
+          for j in range(len(levels))]
+    alphas, adjusted = step_down_alphas(ps), holm_adjust(ps)
     out = []
     for j, level in enumerate(levels):
-        r = judge(pseudo, effects[:, j], zeros, level=holm[j])
-        out.append({"level": level, "effect": r["effect"], "ci": r["ci"],
-                    "ci_holm": r.get("ci_holm"), "verdict": r["verdict"], "n": r["n"]})
+        x = effects[:, j]
+        if not enough:
+            out.append({"level": level, "effect": float(x.mean()) if x.size else None,
+                        "ci": None, "ci_holm": None, "n": int(x.size)})
+            continue
+        point, lo, hi, _ = interval("direction", pseudo, x, zeros)
+        ci_adj = list(interval("direction", pseudo, x, zeros, 1 - alphas[j])[1:3])
+        out.append({"level": level, "effect": point, "ci": [lo, hi], "ci_holm": ci_adj,
+                    "p": ps[j], "p_adj": adjusted[j], "n": int(x.size)})
     return out
 
 

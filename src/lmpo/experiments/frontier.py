@@ -147,7 +147,7 @@ def frontier_lines(front: dict, arms: list[str], fmt, cell) -> list[str]:
     """The report's section (empty without a frontier)."""
     if not front:
         return []
-    lines = ["", f"## At matched {front['x']}", "",
+    lines = ["", f"### At matched {front['x']}", "",
              f"Each run's evaluations read where its {front['x']} (training mean over the "
              f"steps before the evaluation) first reaches the level; levels up to "
              f"{fmt(front['reach'])}, the largest that every run reaches.", ""]

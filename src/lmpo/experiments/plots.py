@@ -54,8 +54,32 @@ def arm_curve(runs: list[list[dict]], metric: str, x_metric: str | None = None):
     return x, ys.mean(axis=0), std
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def arm_styles(names: list[str]) -> dict[str, dict]:
+    """A fixed colour and line style per arm, the same in every panel and plot: the colour
+    by the arm (tab20, in the experiment's order), the line style by its condition level
+    (`arm@level`), so an arm keeps its colour across levels."""
+    from matplotlib import colormaps
+
+    from lmpo.experiments.conditions import split_arm
+
+    bases = list(dict.fromkeys(split_arm(n)[0] for n in names))
+    levels = list(dict.fromkeys(split_arm(n)[1] for n in names))
+    palette = colormaps["tab20"].colors if len(bases) > 10 else colormaps["tab10"].colors
+    out = {}
+    for n in names:
+        base, level = split_arm(n)
+        i = bases.index(base)
+        style = LINESTYLES[(levels.index(level) + i // len(palette)) % len(LINESTYLES)]
+        out[n] = {"color": palette[i % len(palette)], "linestyle": style}
+    return out
+
+
 def panel(ax, data: dict, metric: str, x_metric: str | None = None) -> bool:
     drawn = False
+    styles = arm_styles([a.name for a in data["experiment"].arms])
     for arm in data["experiment"].arms:
         runs = [([r["before_row"]] if metric.startswith("eval/") else []) + r["rows"]
                 for (a, _), r in data["runs"].items() if a == arm.name and r["finished"]]
@@ -63,8 +87,9 @@ def panel(ax, data: dict, metric: str, x_metric: str | None = None) -> bool:
         if curve is None:
             continue
         x, mean, std = curve
-        (line,) = ax.plot(x, mean, label=f"{arm.name} (n={len(runs)})", linewidth=1.4)
-        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2,
+        (line,) = ax.plot(x, mean, label=f"{arm.name} (n={len(runs)})", linewidth=1.4,
+                          **styles[arm.name])
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.12,
                         linewidth=0)
         drawn = True
     smoothed = "" if metric.startswith(SPARSE) else f" (moving avg {SMOOTH})"

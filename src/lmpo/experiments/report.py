@@ -28,11 +28,12 @@ from lmpo.experiments.engine_logs import engine_rows
 from lmpo.experiments.frontier import frontier_lines, frontier_table
 from lmpo.experiments.keys import COMPARATOR_KEY
 from lmpo.experiments.spec import parse_experiment
-from lmpo.experiments.stats import summarize
+from lmpo.experiments.stats import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
 
-SCHEMA_VERSION = 2  # report.json's layout (docs/experiments.md); 1: before engagement
+# report.json's layout (docs/experiments.md); 1: before engagement; 2: before the step-down
+SCHEMA_VERSION = 3
 STANDARD = [  # (label, metric, reduce)
     ("held-out accuracy, trained tiers", "eval/accuracy_trained", "final"),
     ("held-out accuracy, all tiers", "eval/accuracy_mean", "final"),
@@ -186,15 +187,19 @@ def arm_n(table: dict, arm: str) -> int:
     return max((s["n"] for s in table[arm].values()), default=0)
 
 
-def report(root: str | Path, out: str | Path | None = None, *, console=None) -> Path:
+def report(root: str | Path, out: str | Path | None = None, *, console=None,
+           rejudge: bool = False) -> Path:
     """Write report.md, report.json and the plots; print the per-arm table. Returns the
-    path of report.md."""
+    path of report.md. `rejudge`: the report already at `out` gives each claim's earlier
+    label (`lmpo.experiments.rejudge`)."""
     from lmpo.experiments.plots import write_dose_plots, write_plots
+    from lmpo.experiments.rejudge import carry, earlier_labels
 
     root = Path(root)
     out = Path(out) if out else root / "report.md"
     data = collect(root)
     info, table, claims = setup(data, root), arm_table(data), judge_claims(data)
+    changes = carry(claims, earlier_labels(out.with_suffix(".json"))) if rejudge else []
     info["effective"] = effective_table(data)
     info["frontier"] = frontier_table(data, data["experiment"].frontier) \
         if data["experiment"].frontier else {}
@@ -206,6 +211,8 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None) -> 
          "plots": plots}, indent=2, default=str) + "\n")
     out.write_text(markdown(info, table, claims, plots))
     print_summary(info, table, claims, out, console)
+    for claim, old, new in changes:
+        print(f"re-judged: {claim}: {old} -> {new}")
     return out
 
 
@@ -217,6 +224,9 @@ def arm_policy(info: dict, arm: str) -> str:
 
 
 def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> str:
+    """report.md: the setup, the claims (a short table, then a card each), the plots, and
+    an appendix with the wide tables (the arms' config differences, every metric per arm,
+    the effective behaviour, the frontier)."""
     arms = list(table)
     labels = list(dict.fromkeys(label for t in table.values() for label in t))
     lines = [f"# {info['experiment']}: {info['description']}", "", "## Setup", "",
@@ -232,12 +242,14 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
              + (f"; {info['interrupted']} interrupted, their time not counted"
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
              "steps in all", "",
-             *[x for n in info.get("notes", []) for x in (f"**Note.** {n}", "")],
-             "What the arms' configs differ in:", "",
-             "| key | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+             *[x for n in info.get("notes", []) for x in (f"**Note.** {n}", "")]]
+    lines += claim_lines(claims)
+    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines += ["", "## Appendix: every arm", "", "What the arms' configs differ in:", "",
+              "| key | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for key, vals in info["differences"].items():
         lines.append(f"| `{key}` | " + " | ".join(f"{vals.get(a, '-')}" for a in arms) + " |")
-    lines += ["", "## Results", "",
+    lines += ["", "### Every metric", "",
               "mean ± std over seeds [95% bootstrap CI of the mean]; accuracy is exact, "
               "reward may be partial credit.", "",
               "| metric | " + " | ".join(f"{a} (n={arm_n(table, a)})" for a in arms) + " |",
@@ -247,13 +259,12 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
                                                    for a in arms) + " |")
     lines += effective_lines(info.get("effective") or {}, arms)
     lines += frontier_lines(info.get("frontier") or {}, arms, fmt, cell)
-    lines += claim_lines(claims)
-    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "---", "", f"Note: {COVERAGE_NOTE}", ""]
     return "\n".join(lines)
 
 
-EFFECTIVE_LABELS = {"clipped_share": "share of optimiser steps rescaled by clipping",
+EFFECTIVE_LABELS = {"grad_clip_share": "share of optimiser steps rescaled by gradient-norm "
+                                      "clipping",
                     "step_norm": "norm of the step taken (post-clip, mean)",
                     "pre_clip_norm": "pre-clip gradient norm (mean; never flagged)",
                     "update_share": "share of generated samples in the update",
@@ -265,11 +276,13 @@ EFFECTIVE_LABELS = {"clipped_share": "share of optimiser steps rescaled by clipp
 
 def effective_lines(effective: dict, arms: list[str]) -> list[str]:
     """The per-arm table of what each arm effectively did (means over seeds)."""
+    effective = {a: {LEGACY_EFFECTIVE.get(k, k): v for k, v in q.items()}
+                 for a, q in effective.items()}  # reports that predate the rename
     names = [n for n in EFFECTIVE_LABELS if any(n in effective.get(a, {}) for a in arms)]
     if not names:
-        return ["", "## Effective behaviour", "",
+        return ["", "### Effective behaviour", "",
                 "Not logged by these runs (they predate the per-step audit logs)."]
-    lines = ["", "## Effective behaviour", "",
+    lines = ["", "### Effective behaviour", "",
              "Means over seeds. A claim whose arms differ here beyond the tolerance (ratio "
              "1.5 for norms and counts, 0.2 absolute for shares) in a quantity that does not "
              "mediate its treatment is confounded.", "",

@@ -51,19 +51,18 @@ def description(path: Path) -> str:
 
 def title(path: Path) -> str:
     """The first sentence of a preset file's leading comment (without the `#`s), an
-    experiment report's title: its first line, continued inside parentheses or quotes, or
-    while the next line goes on in lower case."""
-    lines = header(path)
-    words = lines[:1]
-    for text in lines[1:]:
-        so_far = " ".join(words)
-        inside = so_far.count("(") > so_far.count(")") or so_far.count('"') % 2
-        if not inside and (so_far.endswith((".", "!", "?")) or not text[0].islower()):
-            break
-        words.append(text)
-    joined = " ".join(words)
-    end = joined.find(". ")
-    return joined if end < 0 else joined[:end + 1]
+    experiment report's title: the comment's first paragraph up to the first full stop
+    outside parentheses and quotes that ends a sentence (followed by a space or the end),
+    whole words never cut."""
+    joined = " ".join(header(path))
+    depth, quoted = 0, False
+    for i, ch in enumerate(joined):
+        depth += (ch == "(") - (ch == ")")
+        quoted ^= ch == '"'
+        if ch in ".!?" and depth <= 0 and not quoted and (
+                i + 1 == len(joined) or joined[i + 1] == " "):
+            return joined[:i + 1]
+    return joined
 
 
 def list_presets(kind: str) -> list[tuple[str, str]]:
