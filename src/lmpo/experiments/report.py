@@ -53,6 +53,8 @@ COVERAGE_NOTE = ("the per-arm tables' 95% bootstrap CIs resample the seeds, and 
 
 
 def git_commit() -> str:
+    """The commit of lmpo's source that made the report, "with uncommitted changes" where
+    that source differs from it."""
     here = Path(__file__).parent
 
     def git(*args):
@@ -65,8 +67,10 @@ def git_commit() -> str:
     head = git("rev-parse", "--short", "HEAD")
     if not head:
         return "not from a git checkout"
+    # the code that judged: changes to lmpo's own source (not to results being written)
     return head + (" with uncommitted changes" if git("status", "--porcelain",
-                                                      "--untracked-files=no") else "")
+                                                      "--untracked-files=no", "--",
+                                                      str(here.parent)) else "")
 
 
 def machine() -> str:
