@@ -33,11 +33,13 @@ from lmpo.experiments.keys import NEVER_COUNT, covered
 from lmpo.experiments.labels import judge
 from lmpo.experiments.multiplicity import family_size, holm_adjust, step_down_alphas
 from lmpo.experiments.stats import (
+    ALPHA,
     EFFECTIVE,
     PRE_CLIP,
     claim_p,
     effective_flags,
     effective_value,
+    per_seed,
     reduce_metric,
 )
 
@@ -238,12 +240,22 @@ def judge_claims(data: dict) -> list[dict]:
     floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
     prepared = [prepare(claim, data, flats, means, floor) for claim in exp.claims]
     families = family_levels([(p["claim"].get("role", "headline"), p["p"]) for p in prepared])
+    looks = sequential_looks(exp, prepared)
     results = []
-    for p, (alpha, p_adj, family) in zip(prepared, families, strict=True):
+    for i, (p, (alpha, p_adj, family)) in enumerate(zip(prepared, families, strict=True)):
         claim = p["claim"]
         judged = trend_claim(claim) if claim["kind"] == "dose_response" else claim
-        result = judge(judged, p["a"], p["b"], confounded=p["confounded"],
-                       not_engaged=p["not_engaged"], alpha=alpha, p_adj=p_adj) | family
+        a, b, extra = p["a"], p["b"], {}
+        if i in looks:  # the headline family of a sequential design: its looks decide
+            look = looks[i]
+            n = look["n"]
+            a, b = np.asarray(a)[:n], np.asarray(b)[:n]
+            alpha = look["level"]
+            p_adj = min(1.0, claim_p(judged, a, b) * ALPHA / alpha) if n >= 3 else None
+            extra = {"family": "headline (sequential)", "look": look["look"] + 1,
+                     "sequential": look["status"], "family_size": len(looks)}
+        result = judge(judged, a, b, confounded=p["confounded"],
+                       not_engaged=p["not_engaged"], alpha=alpha, p_adj=p_adj) | family | extra
         if claim["kind"] == "dose_response":
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}
@@ -255,9 +267,52 @@ def judge_claims(data: dict) -> list[dict]:
                         "engagement": p["engagement"], "role": claim.get("role", "headline"),
                         "level": claim.get("level"), "index": claim.get("index"),
                         "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
-                        "statistic": claim.get("statistic"),
+                        "statistic": claim.get("statistic"), "margin": claim.get("margin"),
                         "arms": claim.get("base_arms", claim["arms"])} | result)
     return results
+
+
+def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:
+    """{claim index: its look} for the headline claims of an experiment with sequential
+    seeds, replayed from the per-seed values; {} without."""
+    record = sequential_record(exp, prepared)
+    return record.get("by_claim", {})
+
+
+def sequential_record(exp, prepared: list[dict]) -> dict:
+    """The sequential design replayed over the headline family (`lmpo.experiments.
+    sequential.run_design`, with `by_claim`: {claim index: its look}); {} without."""
+    from lmpo.experiments.sequential import look_sizes, run_design
+
+    if not exp.design:
+        return {}
+    heads = [i for i, p in enumerate(prepared) if p["claim"].get("role", "headline") ==
+             "headline"]
+    values = []
+    for i in heads:
+        p, claim = prepared[i], prepared[i]["claim"]
+        kind = "direction" if claim["kind"] == "dose_response" else claim["kind"]
+        x = per_seed(kind, claim, np.asarray(p["a"], dtype=float),
+                     np.asarray(p["b"], dtype=float))
+        values.append(x - float(claim["bound"]) if kind == "threshold" else x)
+    design = run_design(values, [prepared[i]["claim"].get("min_effect") for i in heads],
+                        look_sizes(exp.design))
+    design["by_claim"] = {i: c for i, c in zip(heads, design["claims"], strict=True)
+                          if "n" in c}
+    return design
+
+
+def design_decision(data: dict) -> dict:
+    """What the sequential design says of the runs so far: {looks, claims, stopped,
+    next (the seed count of the next look, or None)}."""
+    exp = data["experiment"]
+    flats, table = arm_configs(data), effective_table(data)
+    means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
+    floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
+    heads = [c for c in exp.claims if c.get("role", "headline") == "headline"]
+    record = sequential_record(exp, [prepare(c, data, flats, means, floor) for c in heads])
+    record.pop("by_claim", None)
+    return record
 
 
 def family_levels(claims: list[tuple[str, float]]) -> list[tuple[float, float, dict]]:

@@ -48,17 +48,36 @@ def effect_text(c: dict, key: str = "ci") -> str:
     return value_ci(c.get("effect"), c.get(key), **units_of(c))
 
 
+def label_reason(c: dict) -> str:
+    """The label's reason in the claim's units: an MDE against min_effect, an interval
+    inside +-min_effect; an audit's reason as written; "" where the reason is only the
+    MDE of a decided claim."""
+    reason, u = c.get("reason") or "", units_of(c)
+    verdict, small = c["verdict"], c.get("min_effect")
+    if verdict == "underpowered" and c["kind"] == "equivalence" and c.get("margin"):
+        return f"MDE {amount(c.get('mde'), **u)} > margin {amount(c['margin'], **u)}"
+    if verdict == "underpowered" and c["kind"] not in ("spread", "equivalence") and small:
+        return f"MDE {amount(c.get('mde'), **u)} > min_effect {amount(small, **u)}"
+    if verdict == "negligible" and small is not None:
+        return f"interval inside ±{amount(small, **u)}"
+    if reason.startswith("smaller than min_effect") and small is not None:
+        return f"smaller than min_effect {amount(small, **u)}"
+    return "" if reason.startswith("MDE") and verdict != "underpowered" else reason
+
+
 def shown_verdict(c: dict) -> str:
-    """The label with its reason where the reason is the label's (not only the MDE); a
-    descriptive claim's label says so; a re-judged one names its earlier label."""
-    reason = c.get("reason") or ""
-    out = f"**{c['verdict']}**" + (f" ({reason})" if reason and not reason.startswith("MDE")
-                                   or c["verdict"] == "underpowered" else "")
+    """The label with its reason where the reason is the label's (not only the MDE), in
+    the claim's units; a descriptive claim's label says so; a re-judged one names its
+    earlier label."""
+    reason = label_reason(c)
+    out = f"**{c['verdict']}**" + (f" ({reason})" if reason else "")
     if c.get("unadjusted"):
         point, lo, hi = c["unadjusted"]
         out += f"; unadjusted {value_ci(point, [lo, hi], **units_of(c))}"
     if c.get("role") == "descriptive":
         out += " (descriptive)"
+    if c.get("look"):
+        out += f" (look {c['look']}, {c['n']} seeds)"
     if c.get("rejudged"):
         out += f"; {REJUDGED}, was: {c['rejudged']}"
     return out
@@ -168,4 +187,26 @@ def dose_lines(c: dict, claims: list[dict]) -> list[str]:
     lines += ["", f"Trend: the change from dose {fmt(lo)} to {fmt(hi)} by each seed's "
                   f"least-squares line, {effect_text(c)}; slope {fmt(c.get('slope_per_dose'))}"
                   " per unit dose.", ""]
+    return lines
+
+
+def sequential_lines(seq: dict) -> list[str]:
+    """The sequential design's record: the looks, the alpha spent by each, why it stopped."""
+    if not seq:
+        return []
+    d = seq["design"]
+    lines = ["## Seeds until decided", "",
+             f"Seeds {d['first']}-{d['first'] + d['max'] - 1} in blocks: a look at "
+             f"{d['start']} seeds, then every {d['step']} more up to {d['max']}, while a "
+             "headline claim is undecided (Lan-DeMets O'Brien-Fleming spending, Holm within "
+             "each look, a stop as negligible inside +-min_effect, repeated confidence "
+             "intervals; docs/reproductions.md).", "",
+             "| look | seeds | alpha spent by then | boundary (nominal p, all claims open) |",
+             "|---|---|---|---|"]
+    for k, look in enumerate(seq["looks"], 1):
+        lines.append(f"| {k} | {look['n']} | {look['alpha_spent']:.4f} | "
+                     f"{look.get('level', float('nan')):.4g} |")
+    why = {"decided": "every headline claim decided", "max seeds": "max seeds reached",
+           "more seeds needed": f"undecided: the next look is at {seq.get('next')} seeds"}
+    lines += ["", f"Stopped: {why.get(seq['stopped'], seq['stopped'])}.", ""]
     return lines

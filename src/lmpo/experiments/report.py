@@ -20,8 +20,14 @@ import yaml
 from lmpo import __version__
 from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
-from lmpo.experiments.audit import arm_configs, effective_table, judge_claims, seed_values
-from lmpo.experiments.claim_table import claim_lines, fmt
+from lmpo.experiments.audit import (
+    arm_configs,
+    design_decision,
+    effective_table,
+    judge_claims,
+    seed_values,
+)
+from lmpo.experiments.claim_table import claim_lines, fmt, sequential_lines
 from lmpo.experiments.diagnostics import method_diagnostics
 from lmpo.experiments.engagement import DEFAULT_FLOOR
 from lmpo.experiments.engine_logs import engine_rows
@@ -92,6 +98,10 @@ def collect(root: Path) -> dict:
     if not saved.exists():
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
     exp = parse_experiment(yaml.safe_load(saved.read_text()), root.name, str(saved)).expand()
+    if exp.design:  # seeds until decided: the looks this directory has started
+        from lmpo.experiments.sequential import taken_seeds
+
+        exp.seeds = taken_seeds(root, exp)
     runs = {}
     for arm in exp.arms:
         for seed in exp.seeds:
@@ -205,6 +215,8 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None,
     info, table, claims = setup(data, root), arm_table(data), judge_claims(data)
     changes = carry(claims, earlier_labels(out.with_suffix(".json"))) if rejudge else []
     info["effective"] = effective_table(data)
+    if data["experiment"].design:
+        info["sequential"] = {"design": data["experiment"].design} | design_decision(data)
     info["frontier"] = frontier_table(data, data["experiment"].frontier) \
         if data["experiment"].frontier else {}
     plots = write_plots(data, out.parent)
@@ -247,6 +259,7 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
              "steps in all", "",
              *[x for n in info.get("notes", []) for x in (f"**Note.** {n}", "")]]
+    lines += sequential_lines(info.get("sequential") or {})
     lines += claim_lines(claims)
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines += ["", "## Appendix: every arm", "", "What the arms' configs differ in:", "",

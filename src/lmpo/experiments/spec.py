@@ -5,7 +5,10 @@
     arms:
       grpo: {preset: grpo}
       grpo_or: {preset: grpo_or, overrides: {loss: {hparams: {alpha: 0.2}}}}
-    seeds: 5                                 # or a list [0, 1, 2, 3, 4] (default 5)
+    seeds: 5                                 # or a list [0, 1, 2, 3, 4] (default 5), or
+                                             # {first: 40, start: 5, max: 15, step: 5}:
+                                             # seeds until the headline claims are decided
+                                             # (lmpo.experiments.sequential)
     steps: 600
     differs_in: [loss]                       # dotted keys (a prefix covers what is under it)
     claims: [...]                            # see lmpo.experiments.stats
@@ -80,6 +83,8 @@ class Experiment:
     conditions: dict = field(default_factory=dict)  # lmpo.experiments.conditions
     engaged_floor: float | None = None  # None: lmpo.experiments.engagement.DEFAULT_FLOOR
     flat: bool = False  # arms are the runs' `arm@level` (see `expand`)
+    # seeds until decided: {first, start, max, step}; `seeds` then holds the looks taken
+    design: dict | None = None
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -92,7 +97,8 @@ class Experiment:
                 "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
                          | ({"levels": a.levels} if a.levels is not None else {})
                          for a in self.arms},
-                "seeds": self.seeds, "steps": self.steps, "differs_in": self.differs_in,
+                "seeds": self.design or self.seeds, "steps": self.steps,
+                "differs_in": self.differs_in,
                 "claims": self.claims} | ({"notes": self.notes} if self.notes else {}) \
             | ({"effective_tolerance": self.effective_tolerance}
                if self.effective_tolerance else {}) \
@@ -170,6 +176,11 @@ def claim_arms(claim: dict) -> list[str]:
 
 
 def _seeds(value, where: str) -> list[int]:
+    if isinstance(value, dict):
+        from lmpo.experiments.sequential import all_seeds, check_design
+
+        design = check_design(value, where)
+        return all_seeds(design)[:design["start"]]
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return list(range(value))
     if isinstance(value, list) and value and all(isinstance(s, int) for s in value):
@@ -218,6 +229,8 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
                      base=dict(data.get("base") or {}), arms=arms,
                      seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
+                     design=check_sequential(data.get("seeds"), claims, where,
+                                             data.get("conditions")),
                      differs_in=list(differs), claims=[dict(c) for c in claims],
                      notes=list(notes), effective_tolerance=dict(tolerance),
                      frontier=check_frontier(data.get("frontier"), where),
@@ -254,6 +267,32 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
         if exp.conditions:
             exp.claim_levels(claim, f"{where}: claims[{i}]")
     return exp
+
+
+def check_sequential(value, claims: list, where: str, conditions=None) -> dict | None:
+    """The sequential design of `seeds: {...}`, whose headline claims must be tested by a
+    paired t test (direction, threshold, dose_response), or None."""
+    if not isinstance(value, dict):
+        return None
+    from lmpo.experiments.sequential import check_design
+
+    design = check_design(value, where)
+    primaries = any(isinstance(c, dict) and c.get("primary") for c in claims)
+    levels = list((conditions or {}).get("levels") or {}) if isinstance(conditions, dict) \
+        else []
+
+    def at_l0(c: dict) -> bool:
+        at = c.get("at", "all")
+        return not levels or at == "all" or levels[0] in ([at] if isinstance(at, str) else at)
+
+    bad = [i for i, c in enumerate(claims) if isinstance(c, dict)
+           and (c.get("primary") or not primaries) and at_l0(c)
+           and c.get("kind") in ("equivalence", "spread")]
+    if bad:
+        raise ConfigError(f"{where}: sequential seeds decide headline claims by a paired t "
+                          f"test; claims {bad} (equivalence, spread) cannot be headline claims "
+                          "here: mark the others `primary: true`, or give a fixed seed list")
+    return design
 
 
 def load_experiment(spec: str | Path) -> Experiment:

@@ -243,6 +243,23 @@ def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = T
     history.write_text(json.dumps([*past, record], indent=2) + "\n")
 
 
+def next_look(exp: Experiment, out: Path) -> list[int] | None:
+    """The seeds of the next look of a sequential design, or None where the headline
+    family is decided or `max` is reached (said in one line either way)."""
+    from lmpo.experiments.audit import design_decision
+    from lmpo.experiments.report import collect
+    from lmpo.experiments.sequential import all_seeds
+
+    decision = design_decision(collect(out))
+    looks = ", ".join(f"{x['n']} seeds" for x in decision["looks"])
+    if decision["next"] is None:
+        print(f"seeds until decided: stopped after looks at {looks} ({decision['stopped']})")
+        return None
+    print(f"seeds until decided: after looks at {looks} a headline claim is undecided; "
+          f"adding seeds up to {decision['next']}")
+    return all_seeds(exp.design)[:decision["next"]]
+
+
 class _Quiet:
     def __enter__(self):
         return self
@@ -287,6 +304,10 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
     out = Path(out).absolute() if launcher_name == "ray" else Path(out)
     fresh = not out.exists()
     with directory_lock(out, what="lmpo compare"):
+        if exp.design and (out / "experiment.yaml").exists():
+            from lmpo.experiments.sequential import taken_seeds
+
+            exp.seeds = taken_seeds(out, exp)  # resume at the looks already started
         try:
             runs = plan(exp, out, jobs, engine)
         except LmpoError:
@@ -297,15 +318,26 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
             for run in start_order(exp, runs):
                 print(shlex.join(run.command()) if run.status != "refused"
                       else f"# refused: {run.name}: {run.error}")
+            if exp.design:
+                print(f"# seeds until decided: later blocks ({exp.design}) are added by "
+                      "`lmpo compare` after judging each look")
             return 0
-        prebuild(runs)
-        if launcher_name == "ray":
-            from lmpo.experiments.ray_launcher import RayPool
+        while True:
+            prebuild(runs)
+            if launcher_name == "ray":
+                from lmpo.experiments.ray_launcher import RayPool
 
-            pool = RayPool(jobs, out, address=address)
-        else:
-            pool = launcher.LocalPool(jobs)
-        execute(exp, runs, out, pool, live=live)
+                pool = RayPool(jobs, out, address=address)
+            else:
+                pool = launcher.LocalPool(jobs)
+            execute(exp, runs, out, pool, live=live)
+            if not exp.design or any(r.status == "failed" for r in runs):
+                break
+            more = next_look(exp, out)
+            if more is None:
+                break
+            exp.seeds = more
+            runs = plan(exp, out, jobs, engine)
     refused = [r for r in runs if r.status == "refused"]
     for run in refused:
         print(f"refused by {engine}: {run.name}: {run.error}", file=sys.stderr)
