@@ -174,3 +174,33 @@ def test_the_results_pages_are_generated_from_the_committed_reports():
     assert listed == with_claims  # every report with claims has its row, and only those
     for e in entries(ROOT):
         assert 0 <= e["headline"] < len(load(ROOT / "experiments/results" / e["report"])["claims"])
+
+
+@pytest.mark.parametrize("name", [n for n in REPORTS if load(
+    ROOT / "experiments/results" / n).get("schema_version", 1) >= 3])
+def test_committed_labels_follow_the_step_down_over_their_own_p_values(name):
+    """Per family, p_adj is Holm's step-down over the report's own p values; a direction
+    or spread claim is significant exactly when its p_adj <= 0.05 (unless an audit labels
+    it); no interval inside +-min_effect reads direction only / inconclusive /
+    underpowered; a dose-response level carries no label of its own."""
+    from lmpo.experiments.multiplicity import holm_adjust
+
+    claims = load(ROOT / "experiments/results" / name)["claims"]
+    for family in {c.get("family") for c in claims}:
+        members = [c for c in claims if c.get("family") == family and c.get("p") is not None]
+        if family is None or "sequential" in family:
+            continue
+        adjusted = holm_adjust([c["p"] for c in members])
+        assert [c["p_adj"] for c in members] == pytest.approx(adjusted, abs=1e-12)
+        assert all(c["family_size"] == len(members) for c in members)
+    for c in claims:
+        if c["verdict"] in ("confounded", "not engaged", "insufficient seeds"):
+            continue
+        if c["kind"] in ("direction", "spread", "dose_response"):
+            assert (c["verdict"] in ("holds", "contradicted")) == (c["p_adj"] <= 0.05), c["claim"]
+        lo, hi = c["ci_holm"]
+        small = c.get("min_effect")
+        if c["kind"] in ("direction", "dose_response") and small and -small < lo < hi < small:
+            assert c["verdict"] not in ("direction only", "inconclusive", "underpowered")
+        for level in c.get("levels") or []:
+            assert "verdict" not in level

@@ -8,7 +8,7 @@ from them, never from the old report's summary numbers:
         --rejudge
 
 With `--rejudge` the report already at `--out` gives each claim's earlier label: a claim
-whose label changes keeps it in `rejudged` and reads "re-judged (exploratory), was: X",
+whose label changes keeps it in `rejudged` and reads "re-judged, was: X",
 since the rules that changed it were written after those runs were seen. `changes`
 lists them (old -> new) for a release note.
 """
@@ -23,20 +23,20 @@ def claim_key(c: dict) -> tuple:
     return c["claim"], c.get("level")
 
 
-def earlier_labels(path: Path) -> dict[tuple, list[str]]:
-    """{(claim, level): [label, ...]} of the report.json at `path` (in the order they
-    appear: a repeated claim is matched by position), or {} where there is none."""
+def earlier_labels(path: Path) -> dict[tuple, list[tuple[str, str | None]]]:
+    """{(claim, level): [(label, its own earlier label or None), ...]} of the report.json at
+    `path` (in the order they appear: a repeated claim is matched by position), or {}."""
     if not path.exists():
         return {}
-    out: dict[tuple, list[str]] = {}
+    out: dict[tuple, list] = {}
     for c in json.loads(path.read_text()).get("claims", []):
-        out.setdefault(claim_key(c), []).append(c["verdict"])
+        out.setdefault(claim_key(c), []).append((c["verdict"], c.get("rejudged")))
     return out
 
 
-def carry(claims: list[dict], earlier: dict[tuple, list[str]]) -> list[tuple[str, str, str]]:
-    """Mark each claim whose label differs from its earlier one (`rejudged`); returns
-    (claim, old, new) for every change."""
+def carry(claims: list[dict], earlier: dict[tuple, list]) -> list[tuple[str, str, str]]:
+    """Mark each claim whose label differs from its earlier one (`rejudged`), and keep an
+    unchanged label's own earlier one; returns (claim, old, new) for every change."""
     seen: dict[tuple, int] = {}
     changes = []
     for c in claims:
@@ -44,8 +44,13 @@ def carry(claims: list[dict], earlier: dict[tuple, list[str]]) -> list[tuple[str
         k = seen.get(key, 0)
         seen[key] = k + 1
         old = earlier.get(key, [])
-        if k < len(old) and old[k] != c["verdict"]:
-            c["rejudged"] = old[k]
+        if k >= len(old):
+            continue
+        label, before = old[k]
+        if label != c["verdict"]:
+            c["rejudged"] = label
             at = f"`{c['level']}` " if c.get("level") else ""
-            changes.append((f"{at}{c['claim']}", old[k], c["verdict"]))
+            changes.append((f"{at}{c['claim']}", label, c["verdict"]))
+        elif before:
+            c["rejudged"] = before
     return changes

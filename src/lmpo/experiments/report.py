@@ -92,12 +92,27 @@ def machine() -> str:
            f"{platform.python_version()}"
 
 
+def withdraw_sourceless(data: dict) -> dict:
+    """A saved experiment as today's rules read it: fixed engagement levels written before
+    a level needed its source are withdrawn (their claims read the measured same-batch
+    engagement; docs/reproductions.md)."""
+    claims = []
+    for claim in data.get("claims") or []:
+        if isinstance(claim, dict) and claim.get("engaged"):
+            kept = [e for e in claim["engaged"] if isinstance(e, dict) and e.get("source")]
+            claim = {k: v for k, v in claim.items() if k != "engaged"} | (
+                {"engaged": kept} if kept else {})
+        claims.append(claim)
+    return data | {"claims": claims} if "claims" in data else data
+
+
 def collect(root: Path) -> dict:
     """The experiment and, per arm and seed, the run's config, rows and state."""
     saved = root / "experiment.yaml"
     if not saved.exists():
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
-    exp = parse_experiment(yaml.safe_load(saved.read_text()), root.name, str(saved)).expand()
+    exp = parse_experiment(withdraw_sourceless(yaml.safe_load(saved.read_text())), root.name,
+                           str(saved)).expand()
     if exp.design:  # seeds until decided: the looks this directory has started
         from lmpo.experiments.sequential import taken_seeds
 
