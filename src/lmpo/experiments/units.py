@@ -21,6 +21,8 @@ def unit(metric: str, kind: str = "direction", statistic: str | None = None,
          reduce: str | None = None) -> tuple[float, str, str]:
     """(scale, suffix, style) for a claim's statistic; style: points | sig | tokens |
     ratio."""
+    if kind == "equivalence" and statistic == "ratio":  # a / b - 1: a relative difference
+        return 100.0, "%", "points"
     if kind == "spread" or statistic == "ratio" or reduce == "last_over_first":
         return 1.0, " ×", "ratio"
     if any(metric.startswith(p) for p in POINTS[:2]) or metric.endswith("/accuracy"):
