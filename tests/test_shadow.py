@@ -209,3 +209,29 @@ def test_a_bad_comparator_is_a_clear_error(tiny_policy_dir):
         with pytest.raises(ConfigError, match=msg):  # load_config validates
             load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}",
                                               f"log.comparators={spec}"])
+
+
+def test_a_controller_that_scores_stops_otherwise_is_measured_on_the_update(sft_run,
+                                                                             tmp_path):
+    """ESPO's stop-scoring ablations stop alike and score a stop otherwise: the comparator
+    replays the same stops (stop_diff 0) and rescores the stopped responses its way with a
+    copy of the run's estimator, so weight_tv and adv_tv measure the change; the run's own
+    rows are bit-identical with and without it."""
+    from lmpo.trainer.loop import train
+
+    policy, _ = sft_run
+    stop = "{name: random_stop, hparams: {savings: 0.4, r_fail: %s}}"
+    base = [f"policy={policy}", *TINY, f"controller={stop % '-1.0'}"]
+    train(load_config(TrainConfig, "grpo", base), tmp_path / "plain", progress=False)
+    cfg = load_config(TrainConfig, "grpo", [
+        *base, "log.comparators={zero: {controller: " + stop % "0.0" + "}, same: "
+        "{controller: " + stop % "-1.0" + "}}"])
+    train(cfg, tmp_path / "shadow", progress=False)
+    a, b = read_rows(tmp_path / "plain/metrics.jsonl"), read_rows(tmp_path / "shadow/metrics.jsonl")
+    assert plain(a) == plain(b)
+    assert all(r["shadow/zero/stop_diff"] == 0.0 and r["shadow/same/stop_diff"] == 0.0
+               for r in b)
+    assert all(r["shadow/same/weight_tv"] == 0.0 and "shadow/same/adv_tv" not in r for r in b)
+    assert any(r["espo/stop_rate"] > 0 for r in b)
+    assert all(0.0 <= r["shadow/zero/weight_tv"] <= 1.0 for r in b)
+    assert any(r["shadow/zero/weight_tv"] > 0 and r["shadow/zero/adv_tv"] > 0 for r in b)

@@ -4,7 +4,9 @@ The first arm of a claim's pair logs, on its own batches, the distance of its up
 the other arm's parts (`lmpo.trainer.shadow`, `lmpo.experiments.comparators`): for a loss
 or an estimator, the total variation between the two policy-loss terms' per-token
 gradient weights (`shadow/<arm>/weight_tv`); for a rollout controller, the share of
-samples whose stop decision would differ (`shadow/<arm>/stop_diff`). A claim's
+samples whose stop decision would differ (`shadow/<arm>/stop_diff`), or, where the two
+controllers differ in how a stop is scored (r_fail, a bootstrapped stop), the weight
+distance of the update with the stopped responses scored the comparator's way. A claim's
 engagement is that distance over the claim's own window (the last k steps its metric
 reads, else the whole run), one value per seed, with the claim's interval method:
 
@@ -73,6 +75,10 @@ def pair_values(data: dict, x: str, y: str, claim: dict, flats: dict
             return {s: 0.0 for s in runs}, "identical parts", ""
         return None, "", f"the runs of {x} did not log a comparator {name!r}"
     metric = f"shadow/{name}/{engagement_metric(spec)}"
+    rescored = f"shadow/{name}/weight_tv"
+    if metric.endswith("/stop_diff") and any(rescored in r for run in runs.values()
+                                             for r in run["rows"][:1]):
+        metric = rescored  # the controllers score a stop differently: what that changes
     reduce, k = window(claim)
     values = {}
     for seed, run in runs.items():

@@ -13,6 +13,8 @@ fill `batch.adv` ([B, T]) and, with a critic, `batch.old_values` and `batch.retu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from lmpo.advantages import advantage_meta
@@ -91,6 +93,27 @@ def comparator_advantages(estimator, name: str, batch, scored, cfg) -> torch.Ten
                               batch.resp_mask, **extra)
         return adv
     seq_adv, _ = group_sequence_advantages(estimator, name, scored)
+    return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+
+
+def rescored_advantages(estimator, name: str, controller, batch, scored, cfg) -> torch.Tensor:
+    """[B, T] advantages of a copy of the run's estimator (`estimator`, with its own state)
+    had this rollout's stopped responses been scored by another rollout controller: its
+    stop score on every early-stopped row and its bootstrap where it makes a stop a
+    truncation (the stop decisions are the run's)."""
+    stopped = torch.tensor([r == "early_stop" for r in scored.rollout.stop_reason],
+                           dtype=torch.bool)
+    scores = scored.scores.clone()
+    scores[stopped.to(scores.device)] = float(controller.stop_score)
+    rescored = replace(scored, scores=scores)
+    b, t = batch.resp_ids.shape
+    if advantage_meta(name)["needs_critic"]:
+        boot = stop_bootstrap(batch, rescored, controller)
+        extra = {} if boot is None else {"bootstrap": boot}
+        adv, _, _ = estimator(token_rewards(batch, rescored, cfg), batch.old_values,
+                              batch.resp_mask, **extra)
+        return adv
+    seq_adv, _ = group_sequence_advantages(estimator, name, rescored)
     return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
 
 

@@ -18,6 +18,10 @@ minibatches:
   comparator estimator only);
 - `shadow/<name>/stop_diff`: the share of samples whose stop decision the comparator
   controller, replayed on this rollout's regret (and values), would have made otherwise;
+  a comparator controller that scores a stop otherwise than the run's (another r_fail, a
+  stop bootstrapped instead of absorbing) also gets the run's estimator's advantages with
+  the stopped responses scored its way (a copy of the estimator, with its own state), so
+  its `weight_tv` and `adv_tv` measure what the scoring changes in the update;
 - `shadow/<name>/grad_cos` (with `log.shadow_grad_cos`, on diagnostic steps): the cosine
   of the two parameter gradients of the policy-loss term, per minibatch, token-weighted
   over the step's minibatches like the others.
@@ -68,6 +72,7 @@ class Comparator:
     estimator: object | None = None
     estimator_name: str | None = None
     controller: object | None = None
+    rescore: bool = False  # a controller that scores a stop otherwise: the run's estimator
     adv: torch.Tensor | None = None  # [B, T] this step's advantages (with an estimator)
     _main: list = field(default_factory=list)  # this minibatch's weight vectors
     _mine: list = field(default_factory=list)
@@ -113,11 +118,28 @@ def build_comparators(cfg) -> list[Comparator]:
                 comp.controller = build_controller(
                     ctl["name"], ctl.get("hparams") or {}, total_steps=cfg.steps, seed=cfg.seed,
                     failure_reward=failure, reward_range=(low, high))
+                own = build_controller(cfg.controller.name, cfg.controller.hparams or {},
+                                       total_steps=cfg.steps, seed=cfg.seed,
+                                       failure_reward=failure, reward_range=(low, high))
+                if "advantage" not in spec and scores_differ(comp.controller, own):
+                    comp.rescore = True
+                    comp.estimator = get_advantage(cfg.advantage.name,
+                                                   **(cfg.advantage.hparams or {}))
+                    comp.estimator_name = cfg.advantage.name
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc.args[0] if exc.args else exc}") from None
         check_family(comp, cfg, where)
         out.append(comp)
     return out
+
+
+def scores_differ(theirs, mine) -> bool:
+    """Whether two stopping controllers score a stopped response differently (a stop score,
+    or bootstrapping it); a controller that never scores a stop ("none") is left out."""
+    if theirs.stop_score is None or mine.stop_score is None:
+        return False
+    return (float(theirs.stop_score), bool(getattr(theirs, "bootstraps", False))) != (
+        float(mine.stop_score), bool(getattr(mine, "bootstraps", False)))
 
 
 def check_family(comp: Comparator, cfg, where: str) -> None:
@@ -161,7 +183,7 @@ class Shadows:
     def begin_step(self, state, batch, scored, cfg, *, diagnostic: bool) -> None:
         """Before the update: each comparator estimator's advantages on this batch (and
         their distance from the run's), each controller's replayed stop decisions."""
-        from lmpo.trainer.advantage import comparator_advantages
+        from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
 
         self._sums, self._weight, self._row = {}, 0.0, {}
         self._want_grads = self.grad_cos and diagnostic
@@ -169,9 +191,13 @@ class Shadows:
         mask = batch.resp_mask[keep].bool()
         for comp in self.comparators:
             comp._grads = None
-            if comp.estimator is not None:
+            if comp.rescore:
+                comp.adv = rescored_advantages(comp.estimator, comp.estimator_name,
+                                               comp.controller, batch, scored, cfg)
+            elif comp.estimator is not None:
                 comp.adv = comparator_advantages(comp.estimator, comp.estimator_name, batch,
                                                  scored, cfg)
+            if comp.adv is not None:
                 self._row[f"{PREFIX}{comp.name}/adv_tv"] = l1_tv(
                     batch.adv[keep][mask], comp.adv[keep][mask])
             if comp.controller is not None:
