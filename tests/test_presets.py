@@ -233,18 +233,23 @@ def test_the_real_testbed_is_the_surveyed_candidate_that_met_the_bar():
 
 
 def test_an_experiments_title_is_its_first_sentence_even_across_lines(tmp_path):
-    """The title a report shows: the first comment line, continued while the sentence goes
-    on (lower case, or inside parentheses or quotes), cut at its end; `lmpo presets` keeps
-    the first line."""
+    """The title a report shows: the first sentence of the header's first paragraph, never
+    cut mid-sentence (a line that goes on with a proper noun or a number continues it; a
+    full stop inside parentheses or quotes does not end it); `lmpo presets` keeps the first
+    line."""
     from lmpo.presets import description, title
 
     cases = {
         "# A vs B, with the\n# authors' settings. More text\n# here.\nsteps: 1\n":
             "A vs B, with the authors' settings.",
-        "# Title: no full stop\n# Second sentence starts here\n": "Title: no full stop",
+        "# Title: no full stop\n# Second line goes on\n": "Title: no full stop Second line goes on",
+        "# A question? One run once learned\n# 40 -> 56%.\n": "A question?",
+        "# at the group size where X found\n# EBPO's gain largest.\n#\n# More.\n":
+            "at the group size where X found EBPO's gain largest.",
+        "# A (e.g. this. that) b.\n": "A (e.g. this. that) b.",
         "# A pilot (seed 100,\n# 40 steps), before it runs\n#\n# Notes.\n":
             "A pilot (seed 100, 40 steps), before it runs",
-        '# They "differ\n# only in the loss")\n# Next.\n': 'They "differ only in the loss")',
+        '# They "differ. Only\n# in the loss").\n# Next.\n': 'They "differ. Only in the loss").',
         "steps: 1\n# a later comment\n": "",
     }
     for text, want in cases.items():
