@@ -1,0 +1,31 @@
+"""The trainer's rows, bit for bit: short testbed runs through every path of the trainer's
+middle (PPO with GAE, GRPO with a rollout correction on bf16 rollouts, ESPO's controller,
+same-batch comparators, a resume) must give exactly the rows committed in
+tests/golden/rows.json before its redesign (tests/golden/runs.py says how they were made).
+Float results are bit-identical for one CPU, torch and thread count; the rows are kept
+per machine, and a machine with none writes its own with `python -m tests.golden.runs`
+from a commit whose rows are known good."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.golden.runs import HERE, machine_key, produce
+
+
+def test_the_trainer_reproduces_its_golden_rows(tiny_policy_dir, tmp_path):
+    saved = json.loads((HERE / "rows.json").read_text())
+    key = machine_key()
+    if key not in saved:
+        pytest.skip(f"no golden rows for {key!r} (have: {', '.join(saved)}); write them from "
+                    "a known-good commit with `python -m tests.golden.runs`")
+    rows = json.loads(json.dumps(produce(tiny_policy_dir, tmp_path)))  # floats as saved
+    golden = saved[key]
+    assert sorted(rows) == sorted(golden)
+    for name in golden:
+        assert len(rows[name]) == len(golden[name]), name
+        for got, want in zip(rows[name], golden[name], strict=True):
+            assert got == want, (name, got["step"], sorted(
+                k for k in set(got) | set(want) if got.get(k) != want.get(k)))
