@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from types import SimpleNamespace
 
 import torch
-from common import write_result
+from common import DTYPES, Floor, clock, write_result
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lmpo.config import load_config
@@ -62,76 +61,11 @@ SMOKE = {"135m": (SMOLLM2_135M | {"hidden_size": 64, "intermediate_size": 128,
                                   "num_key_value_heads": 2, "head_dim": 16,
                                   "vocab_size": 512}, 2, 2, 6, 4),
          "nano": (NANO, 2, 2, 6, 4)}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
 def build(config: dict, seed: int = 0, device: str = "cpu"):
     torch.manual_seed(seed)
     cfg = LlamaConfig(**config, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     cfg._attn_implementation = "sdpa"
     return LlamaForCausalLM(cfg).float().to(device)
-
-
-def clock(device) -> float:
-    """perf_counter after the device's queued work has finished."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def linears(c: dict) -> list[tuple[int, int]]:
-    """(in, out) of one decoder layer's linear layers."""
-    d, f = c["hidden_size"], c["intermediate_size"]
-    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
-    return [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)]
-
-
-def matmul_seconds(rows: int, k: int, n: int, dtype, repeats: int, device="cpu") -> float:
-    """Median seconds of a [rows, k] x [k, n] product in `dtype` (float32 accumulation)."""
-    a = torch.randn(rows, k, device=device).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        t0 = clock(device)
-        a @ b
-        times.append(clock(device) - t0)
-    return statistics.median(times)
-
-
-class Floor:
-    """Seconds of the step's products at this process's measured throughput (one median
-    timing per distinct shape)."""
-
-    def __init__(self, c: dict, dtype, repeats: int, device="cpu"):
-        self.c, self.dtype, self.repeats, self.cache = c, dtype, repeats, {}
-        self.device = device
-
-    def product(self, rows: int, k: int, n: int, count: float = 1.0) -> float:
-        key = (rows, k, n)
-        if key not in self.cache:
-            self.cache[key] = matmul_seconds(rows, k, n, self.dtype, self.repeats, self.device)
-        return self.cache[key] * count
-
-    def layers(self, rows: int, context: float, head_rows: int) -> float:
-        """Every layer's linears at `rows`, attention of `rows` queries over `context` keys
-        each (QK^T and AV), and the LM head over `head_rows`."""
-        c = self.c
-        d, L = c["hidden_size"], c["num_hidden_layers"]
-        s = sum(self.product(rows, k, n) for k, n in linears(c)) * L
-        s += self.product(rows, d, d, attention_flops(c, rows, context) / (2.0 * rows * d * d))
-        return s + (self.product(head_rows, d, c["vocab_size"]) if head_rows else 0.0)
-
-    def flops(self, rows: int, context: float, head_rows: int) -> float:
-        c = self.c
-        per_row = 2.0 * sum(k * n for k, n in linears(c)) * c["num_hidden_layers"]
-        return (rows * per_row + attention_flops(c, rows, context)
-                + 2.0 * head_rows * c["hidden_size"] * c["vocab_size"])
-
-
-def attention_flops(c: dict, rows: int, context: float) -> float:
-    heads = c["num_attention_heads"] * c["head_dim"]
-    return 2 * 2.0 * rows * context * heads * c["num_hidden_layers"]
 
 
 def phases(fl: Floor, measure, prompts: int, group: int, p: int, t: int) -> dict[str, float]:

@@ -28,7 +28,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from flop_floor import SMOKE, SMOLLM2_135M, build, clock, measure
+from common import clock
+from flop_floor import SMOKE, SMOLLM2_135M, build, measure
 
 from lmpo.config import load_config
 from lmpo.rollout import sample

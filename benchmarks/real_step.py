@@ -18,7 +18,7 @@ Opens a `base_real` run (SmolLM2-135M-Instruct, 4 prompts x G = 8, up to 128 new
 The floor of each phase is its matrix products counted from the shapes the step actually
 ran (each distinct prompt's length, every response's sampled length: padding is work the
 floor does not count), each timed at this process's own throughput for that shape and
-dtype (`flop_floor.Floor`). The distinct prompts count once per pass, though each of the
+dtype (`common.Floor`). The distinct prompts count once per pass, though each of the
 update's minibatches runs the prompts it holds: with base_real's 2 minibatches that leaves
 the update's floor ~10% low, so its ratio reads high, not low. The row's `ratio` is the
 step (evaluation excluded: it runs 3 times in 40 steps) over its floor;
@@ -39,8 +39,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import write_result
-from flop_floor import DTYPES, Floor
+from common import DTYPES, Floor, write_result
 
 from lmpo.config import load_config
 from lmpo.rollout import fast_llama

@@ -181,3 +181,29 @@ def test_sampling_and_validation_read_in_one_scroll(module, function):
     tree = ast.parse((SRC / module).read_text())
     (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
     assert node.end_lineno - node.lineno + 1 <= 60
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "experiments"])
+def test_the_scripts_import_each_other_without_a_cycle(folder):
+    """benchmarks/ and experiments/ scripts import their siblings by bare name (`from common
+    import ...`): no cycle among them, function-level imports included."""
+    scripts = {p.stem: p for p in (ROOT / folder).glob("*.py")}
+    graph = {}
+    for name, path in scripts.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                deps.add(node.module.split(".")[0])
+        graph[name] = deps & set(scripts) - {name}
+
+    def reach(start, seen=()):
+        for nxt in graph[start]:
+            if nxt in seen:
+                continue
+            yield nxt
+            yield from reach(nxt, (*seen, nxt))
+
+    cycles = sorted(m for m in graph if m in set(reach(m)))
+    assert not cycles, {m: sorted(graph[m]) for m in cycles}

@@ -134,7 +134,8 @@ def test_flop_floor_counts_the_flops_it_times(tiny_policy_dir, tmp_path):
     """The smoke sizes' analytic FLOPs: 2 x rows x in x out per linear, summed by hand."""
     sys.path.insert(0, str(BENCH))
     try:
-        from flop_floor import SMOKE, Floor, phases
+        from common import Floor
+        from flop_floor import SMOKE, phases
     finally:
         sys.path.remove(str(BENCH))
     c, prompts, group, p, t = SMOKE["nano"]
