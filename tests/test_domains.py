@@ -15,11 +15,11 @@ from lmpo.advantages.base import ADVANTAGES
 from lmpo.domains import parse
 from lmpo.errors import ConfigError
 from lmpo.losses.diagnostics import POST_UPDATE
-from lmpo.losses.registry import LOSSES
-from lmpo.rollout.controllers.registry import CONTEXT, CONTROLLERS
+from lmpo.methods import registries
+from lmpo.rollout.controllers.registry import CONTEXT
 
-REGISTRIES = {"loss": LOSSES, "advantage": ADVANTAGES, "controller": CONTROLLERS,
-              "post-update": POST_UPDATE}
+# every part kind lmpo registers (lmpo.methods), and the post-update diagnostics
+REGISTRIES = registries() | {"post-update": POST_UPDATE}
 PARAMS = [(kind, name, hp) for kind, reg in REGISTRIES.items() for name in reg.names()
           for hp in reg.hparams(name) if hp not in CONTEXT]
 
@@ -120,6 +120,13 @@ def one_step(kind, name, part) -> None:
         rewards, values = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
         adv, returns, _ = part(rewards, values, torch.ones(4, 5))
         assert torch.isfinite(adv).all() and torch.isfinite(returns).all()
+    elif kind == "correction":
+        log_ratio = 0.3 * torch.randn(4, 5, generator=g)
+        mask = (torch.rand(4, 5, generator=g) < 0.8).float()
+        out = part(log_ratio, mask)
+        assert out.mask.shape == mask.shape and torch.isfinite(out.mask).all()
+        assert out.weights is None or torch.isfinite(out.weights).all()
+        assert all(math.isfinite(v) for v in out.metrics.values()), out.metrics
     elif kind == "advantage":
         scores = (torch.rand(8, generator=g) < 0.5).float()
         extra = {"lengths": torch.arange(8.0) % 3 + 1} if ADVANTAGES.meta(name)["wants_lengths"] \

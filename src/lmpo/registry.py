@@ -106,14 +106,19 @@ class Registry:
             raise OutOfDomain(f"{self.kind} {name!r}: {broken}")
 
     def unmet_requirement(self, name: str, values: dict[str, Any]) -> str | None:
-        """The first joint rule (registration metadata `requires`: {key: {other: value}},
-        "when key is set, other must be value") that `values` break, in words."""
+        """The first joint rule that `values` break, in words: registration metadata
+        `requires` ({key: {other: value}}: "when key is set, other must be value") and
+        `ordered` ([(low, high)]: "low <= high" where both are set)."""
         for key, needs in self._meta[name].get("requires", {}).items():
             if values.get(key) is None:
                 continue
             for other, want in needs.items():
                 if values.get(other) != want:
                     return f"{key}={values[key]!r} needs {other}={want!r}"
+        for low, high in self._meta[name].get("ordered", ()):
+            a, b = values.get(low), values.get(high)
+            if a is not None and b is not None and a > b:
+                return f"{low}={a!r} needs {low} <= {high} ({b!r})"
         return None
 
     def get(self, name: str, **hparams: Any) -> Callable:

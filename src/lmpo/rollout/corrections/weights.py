@@ -1,0 +1,82 @@
+"""Importance weights: TIS, sequence TIS, IcePop, MIS and Seq-Mask-TIS."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lmpo.rollout.corrections.base import (
+    CORRECTIONS,
+    SAFETY,
+    Correction,
+    check_band,
+    finish,
+    mean_normalized,
+    seq_sum,
+)
+
+IS_DOMAINS = {"upper": "(0, inf)", "batch_normalize": "bool"}
+
+
+@CORRECTIONS.register("tis", domains=IS_DOMAINS, title="TIS",
+                      source="verl rollout_is=token (Yao et al., truncated IS)",
+                      summary="token weights min(r_t, upper)")
+def tis(log_ratio, mask, *, upper: float = 2.0, batch_normalize: bool = False) -> Correction:
+    w = (torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask).clamp(max=upper)
+    return finish(mean_normalized(w, mask, False) if batch_normalize else w, mask)
+
+
+@CORRECTIONS.register("seq_tis", domains=IS_DOMAINS, title="sequence TIS",
+                      source="verl rollout_is=sequence",
+                      summary="one weight per response: min(prod_t r_t, upper)")
+def seq_tis(log_ratio, mask, *, upper: float = 2.0, batch_normalize: bool = False
+            ) -> Correction:
+    total = seq_sum(log_ratio, mask).clamp(-SAFETY, SAFETY)
+    w = (torch.exp(total)[:, None].expand_as(log_ratio) * mask).clamp(max=upper)
+    return finish(mean_normalized(w, mask, True) if batch_normalize else w, mask)
+
+
+@CORRECTIONS.register("icepop", domains={"lower": "(0, inf)", **IS_DOMAINS}, title="IcePop",
+                      ordered=[("lower", "upper")],
+                      source="verl rollout_is_threshold='lower_upper' (token level)",
+                      summary="token weights r_t inside [lower, upper], 0 outside")
+def icepop(log_ratio, mask, *, lower: float = 0.5, upper: float = 5.0,
+           batch_normalize: bool = False) -> Correction:
+    check_band(lower, upper)
+    raw = torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask
+    w = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    return finish(mean_normalized(w, mask, False) if batch_normalize else w, mask)
+
+
+@CORRECTIONS.register("mis", domains={"upper": "(0, inf)", "lower": "(0, inf) | None",
+                                      "level": "{token, sequence}"},
+                      ordered=[("lower", "upper")],
+                      title="MIS", source="TRL vllm_importance_sampling_mode "
+                                          "token_mask / sequence_mask (masked IS)",
+                      summary="the weight r (per token or per response) where r <= upper, "
+                              "0 where it is above")
+def mis(log_ratio, mask, *, upper: float = 3.0, lower: float | None = None,
+        level: str = "sequence") -> Correction:
+    check_band(lower, upper)
+    diff = log_ratio * mask
+    if level == "sequence":
+        diff = diff.sum(-1, keepdim=True)
+    r = torch.exp(diff.clamp(-SAFETY, SAFETY))
+    out = (r > upper) | (r < (lower if lower is not None else -math.inf))
+    w = r.masked_fill(out, 0.0).expand_as(log_ratio) * mask
+    return finish(w, mask)
+
+
+@CORRECTIONS.register("seq_mask_tis", domains={"lower": "(0, inf)", "upper": "(0, inf)"},
+                      ordered=[("lower", "upper")],
+                      title="Seq-Mask-TIS", source="OpenRLHF vllm_is_correction_type "
+                                                   "seq-mask-tis",
+                      summary="token weights r_t, responses whose geometric-mean ratio "
+                              "leaves [lower, upper] masked out")
+def seq_mask_tis(log_ratio, mask, *, lower: float = 0.5, upper: float = 5.0) -> Correction:
+    check_band(lower, upper)
+    geo = torch.exp(seq_sum(log_ratio, mask) / mask.sum(-1).clamp(min=1))  # OpenRLHF's mean
+    keep = ((geo >= lower) & (geo <= upper)).to(log_ratio.dtype)
+    w = keep[:, None] * torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask
+    return finish(w, mask)
