@@ -22,7 +22,6 @@ from lmpo.advantages import (
 
 D = torch.float64
 # a group of one keeps its score under these (verl's and SkyRL's baseline 0 for it)
-SINGLETON_KEEPS_SCORE = {"reinforce_plus_plus_baseline", "opo", "gpg", "maxrl"}
 
 
 def test_grpo_hand_computed():
@@ -86,16 +85,16 @@ def test_random_layouts_and_constant_scores_are_nan_free(data, name):
         if advantage_meta(name)["wants_lengths"] else {}
     if advantage_meta(name)["wants_baselines"]:  # another sample's score: constant if they are
         extra["baselines"] = torch.roll(scores, 1)
-    if name == "grpo_passk" and bool((sizes < 2).any()):
+    if bool((sizes < advantage_meta(name)["min_group"]).any()):
         with pytest.raises(ValueError, match="at least 2 responses per group"):
             get_advantage(name)(scores, gid)
         return
     adv, metrics = get_advantage(name)(scores, gid, **extra)
     assert adv.shape == scores.shape and torch.isfinite(adv).all()
     assert all(math.isfinite(v) for v in metrics.values())
-    if bool((scores == scores[0]).all()) and name != "ebpo":
+    if bool((scores == scores[0]).all()) and advantage_meta(name)["constant_groups"] != "prior":
         singleton = (sizes == 1)[torch.unique(gid, return_inverse=True)[1]]
-        if name in SINGLETON_KEEPS_SCORE:
+        if advantage_meta(name)["singleton"] == "score":
             adv = adv[~singleton]
         if name == "reinforce_plus_plus_baseline" and bool(singleton.any()):
             # a group of one keeps its score, and the batch whitening that follows shifts
@@ -141,3 +140,57 @@ def test_dynamic_sampling_keeps_varied_groups_and_counts_the_rest():
     keep, dropped = nonzero_variance_groups(scores, gid)
     assert keep.tolist() == [2, 3]
     assert dropped == 3
+
+
+def singleton_layouts(name):
+    """The explicit edge cases: a group of one (score 1, then 0) beside a mixed group and
+    an all-equal group."""
+    for s0 in (1.0, 0.0):
+        scores = torch.tensor([s0, 0.0, 1.0, 1.0, 1.0], dtype=D)
+        gid = torch.tensor([0, 1, 1, 2, 2])
+        extra = {"lengths": torch.tensor([3.0, 4.0, 5.0, 2.0, 6.0], dtype=D)} \
+            if advantage_meta(name)["wants_lengths"] else {}
+        if advantage_meta(name)["wants_baselines"]:
+            extra["baselines"] = torch.roll(scores, 1)
+        yield scores, gid, extra
+
+
+@pytest.mark.parametrize("name", sorted(group_estimators()))
+def test_a_singleton_group_follows_the_estimators_declared_convention(name):
+    """`singleton: zero`: a group of one gets A = 0, so its score changes nothing in the
+    batch; `score`: its advantage moves with its score. `min_group` > 1: refused. An
+    estimator that keeps a singleton's score while declaring zero fails here, whatever the
+    random layouts above happened to draw."""
+    meta = advantage_meta(name)
+    runs = list(singleton_layouts(name))
+    if meta["min_group"] > 1:
+        with pytest.raises(ValueError, match=f"at least {meta['min_group']} responses"):
+            get_advantage(name)(runs[0][0], runs[0][1], **runs[0][2])
+        return
+    (a1, _), (a0, _) = (get_advantage(name)(s, g, **e) for s, g, e in runs)
+    if meta["singleton"] == "zero":
+        assert a1[0] == 0 and a0[0] == 0 and torch.equal(a1, a0)
+    else:
+        assert meta["singleton"] == "score" and a1[0] != a0[0]
+
+
+@pytest.mark.parametrize("name", sorted(group_estimators()))
+def test_all_equal_groups_follow_the_declared_convention(name):
+    """Every group all-equal (no singleton), the second batch an estimator sees (a prior
+    has moments by then): `constant_groups: zero` gives A = 0 (within the whitening's 1e-8
+    for REINFORCE++ with a baseline), "batch" and "prior" do not (no group baseline;
+    shrinkage toward the prior)."""
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0], dtype=D)
+    gid = torch.tensor([0, 0, 1, 1, 2, 2])
+    extra = {"lengths": torch.arange(1.0, 7.0, dtype=D)} \
+        if advantage_meta(name)["wants_lengths"] else {}
+    if advantage_meta(name)["wants_baselines"]:
+        extra["baselines"] = scores.clone()
+    est = get_advantage(name)
+    est(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0], dtype=D), gid, **extra)
+    adv, _ = est(scores, gid, **extra)
+    if advantage_meta(name)["constant_groups"] == "zero":
+        tol = 1e-3 if name.startswith("reinforce_plus_plus") else 0.0
+        assert (adv.abs() <= tol).all(), adv
+    else:
+        assert (adv.abs() > 1e-3).any(), adv

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lmpo.config import ConfigError, load_config
-from lmpo.losses import list_losses, loss_hparams
+from lmpo.losses import list_losses, loss_hparams, loss_meta
 from lmpo.rewards import build_reward, reward_range
 from lmpo.rollout import ESPO, build_controller
 from lmpo.rollout.controllers.base import BelowFailure
@@ -124,16 +124,19 @@ def test_the_run_gives_espo_its_rewards_failure_value(tiny_policy_dir, tmp_path)
                                           "controller={name: espo, hparams: {beta: 0.5}}"])
 
 
-def test_every_clipped_loss_offers_a_dual_clip():
-    """A loss with a ratio clip (eps_low/eps_high) has PPO's dual clip, off by default;
-    CISPO clips a stop-gradient weight and keeps every token by design (its weight is
-    already bounded by 1 + eps_high), DPPO truncates its weight at clip_ratio_c."""
-    # the engines' clipped losses keep their peer's form (no dual clip): TRL's bnpo and
-    # luspo, verl's clip_cov and geo_mean (GMPO clips in log space)
-    peers = {"bnpo", "luspo", "clip_cov", "geo_mean"}
-    # rollout_is (GLM-5) weights by a stop-gradient ratio as CISPO does, zero outside its band
-    clipped = {n for n in list_losses() if "eps_low" in loss_hparams(n)} - {"cispo", "rollout_is"} \
-        - peers
-    assert clipped == {"ppo_clip", "cegppo", "gspo"}
-    for name in clipped:
+def test_every_clipped_loss_declares_its_dual_clip():
+    """A loss with a ratio clip (eps_low/eps_high) declares `dual_clip` (registry metadata):
+    "offered" (PPO's dual clip, clip_ratio_c, off by default), "peer" (its engine's form
+    has none: TRL's bnpo and luspo, verl's clip_cov and geo_mean) or "bounded" (a
+    stop-gradient weight the clip already bounds: CISPO, rollout_is). A new clipped loss
+    that declares nothing fails here, naming itself."""
+    clipped = [n for n in list_losses() if "eps_low" in loss_hparams(n)]
+    undeclared = [n for n in clipped if loss_meta(n)["dual_clip"] not in
+                  ("offered", "peer", "bounded")]
+    assert not undeclared, f"declare dual_clip= in the registration of {undeclared}"
+    offered = [n for n in clipped if loss_meta(n)["dual_clip"] == "offered"]
+    assert {"ppo_clip", "cegppo", "gspo"} <= set(offered)
+    for name in offered:
         assert loss_hparams(name)["clip_ratio_c"] is None
+    for name in set(clipped) - set(offered):
+        assert "clip_ratio_c" not in loss_hparams(name), name

@@ -17,7 +17,15 @@ ADVANTAGES = Registry("advantage estimator", defaults={
     # what a change of estimator changes by design: |A|, and with it the step's size and
     # how often gradient-norm clipping rescales it
     "mediates": ("adv_abs_mean", "grad_clip_share", "step_norm"),
-    "preset_keys": (), "title": "", "source": "", "summary": ""})
+    "preset_keys": (), "title": "", "source": "", "summary": "",
+    # the conventions the group-estimator property tests hold each estimator to:
+    # `singleton` "zero" (a group of one gets A = 0: its score cannot matter) or "score"
+    # (its advantage depends on its own score: no group baseline, a greedy baseline, a
+    # prior, a leave-one-out with nothing left out); `min_group`: the smallest group it
+    # accepts; `constant_groups`: what all-equal groups get, "zero" (each such group
+    # A = 0), "batch" (A = 0 only when the whole batch is equal: no group baseline,
+    # batch whitening) or "prior" (shrunk toward a running prior: non-zero)
+    "singleton": "zero", "min_group": 1, "constant_groups": "zero"})
 
 
 def check_scores(scores: torch.Tensor, group_ids: torch.Tensor) -> None:

@@ -65,7 +65,7 @@ class Prior:
         return cls(*(Welford(**state[k]) for k in ("rewards", "group_means", "inv_size")))
 
 
-@ADVANTAGES.register("ebpo", wants_clusters=True,
+@ADVANTAGES.register("ebpo", wants_clusters=True, singleton="score", constant_groups="prior",
                      diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
                                   "grad/norm", "adv/allfail_frac", "adv/allfail_mean"),
                      engagement="adv/allfail_mean",

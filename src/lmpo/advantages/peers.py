@@ -41,7 +41,9 @@ def _centred(g: Groups) -> torch.Tensor:
     return torch.where(g.size[g.index] > 1, g.scores - g.mean[g.index], g.scores)
 
 
-@ADVANTAGES.register("reinforce_plus_plus", wants_lengths=True, domains={"gamma": "[1, 1]"},
+@ADVANTAGES.register("reinforce_plus_plus", singleton="score", constant_groups="batch",
+                     wants_lengths=True,
+                     domains={"gamma": "[1, 1]"},
                      peer_keys={"verl": {"gamma": "gamma"}},
                      title="REINFORCE++", source="arXiv 2501.03262",
                      summary="the return whitened over every token of the batch (no baseline)")
@@ -59,7 +61,7 @@ class ReinforcePlusPlus(Estimator):
         return token_whiten(g.scores, _needs_lengths(g, "reinforce_plus_plus"))
 
 
-@ADVANTAGES.register("reinforce_plus_plus_baseline", wants_lengths=True,
+@ADVANTAGES.register("reinforce_plus_plus_baseline", singleton="score", wants_lengths=True,
                      title="REINFORCE++ with a group baseline", source="arXiv 2501.03262",
                      summary="group mean-centred scores, whitened over every token of the "
                              "batch")
@@ -72,7 +74,8 @@ class ReinforcePlusPlusBaseline(Estimator):
         return token_whiten(_centred(g), _needs_lengths(g, "reinforce_plus_plus_baseline"))
 
 
-@ADVANTAGES.register("opo", wants_lengths=True, title="OPO (on-policy RL, optimal baseline)",
+@ADVANTAGES.register("opo", singleton="score", wants_lengths=True,
+                     title="OPO (on-policy RL, optimal baseline)",
                      source="arXiv 2505.23585",
                      summary="scores minus the group's length-weighted mean score")
 class OPO(Estimator):
@@ -88,7 +91,7 @@ class OPO(Estimator):
         return torch.where(g.size[g.index] > 1, g.scores - base[g.index], g.scores)
 
 
-@ADVANTAGES.register("gpg", domains={"f_norm": "[0.001, inf)"}, title="GPG",
+@ADVANTAGES.register("gpg", singleton="score", domains={"f_norm": "[0.001, inf)"}, title="GPG",
                      source="arXiv 2504.02546",
                      summary="group mean-centred scores times B / (samples with a non-zero "
                              "score)")
@@ -105,7 +108,8 @@ class GPG(Estimator):
         return alpha * _centred(g) / self.f_norm
 
 
-@ADVANTAGES.register("grpo_passk", domains={"norm_adv_by_std": "bool", "eps": "[0, inf)"},
+@ADVANTAGES.register("grpo_passk", min_group=2,
+                     domains={"norm_adv_by_std": "bool", "eps": "[0, inf)"},
                      peer_keys={"verl": {"norm_adv_by_std": "norm_adv_by_std_in_grpo"}},
                      title="Pass@k training", source="arXiv 2503.19595",
                      summary="only the group's best response gets an advantage: best minus "
@@ -136,7 +140,7 @@ class GRPOPassK(Estimator):
         return adv
 
 
-@ADVANTAGES.register("maxrl", domains={"eps": "[0, inf)"},
+@ADVANTAGES.register("maxrl", singleton="score", domains={"eps": "[0, inf)"},
                      title="MaxRL (maximum-likelihood RL)", source="arXiv 2602.02710",
                      summary="group mean-centred scores divided by the group mean (1/p "
                              "reweighting of hard prompts)")

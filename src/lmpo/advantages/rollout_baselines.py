@@ -15,7 +15,7 @@ import torch
 from lmpo.advantages.base import ADVANTAGES, Estimator, Groups, batch_std
 
 
-@ADVANTAGES.register("remax", wants_baselines=True, peer_names={"verl": "remax"},
+@ADVANTAGES.register("remax", wants_baselines=True, singleton="score", peer_names={"verl": "remax"},
                      title="ReMax", source="arXiv 2310.10505",
                      summary="score minus the score of the prompt's greedy response")
 class ReMax(Estimator):

@@ -18,7 +18,7 @@ def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / (m.sum() + VERL_EPS)
 
 
-@LOSSES.register("clip_cov", default_agg="token-mean",
+@LOSSES.register("clip_cov", dual_clip="peer", default_agg="token-mean",
                  clipfrac="cov/selected_frac",  # what the verl adapter reports as pg_clipfrac
                  diagnostics=("loss/cov/selected_frac", "loss/clipfrac"),
                  acts={"metric": "loss/cov/selected_frac", "above": 0.0},

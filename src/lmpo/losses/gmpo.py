@@ -10,7 +10,7 @@ from lmpo.losses.registry import LOSSES, VERL_CLIP
 SEQ_EPS = 1e-8  # verl's constant in both row means (sum / (n + 1e-8)); kept to match it
 
 
-@LOSSES.register("geo_mean", default_agg="seq-mean-token-sum", agg_is_method=True,
+@LOSSES.register("geo_mean", dual_clip="peer", default_agg="seq-mean-token-sum", agg_is_method=True,
                  peer_agg={"verl": "row-mean"},
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",

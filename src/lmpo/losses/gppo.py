@@ -8,7 +8,7 @@ from lmpo.losses.base import prepare, ratio_metrics
 from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
 
 
-@LOSSES.register("cegppo", default_agg="token-mean",
+@LOSSES.register("cegppo", dual_clip="offered", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high",
                               "loss/cegppo/beta_grad_frac"),
                  acts={"metric": "loss/clipfrac", "above": 0.0},

@@ -27,7 +27,7 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
     }
 
 
-@LOSSES.register("ppo_clip", default_agg="token-mean",
+@LOSSES.register("ppo_clip", dual_clip="offered", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"verl": VERL_CLIP | {"clip_ratio_c": ("clip_ratio_c",)},
@@ -60,7 +60,8 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("gspo", default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
+@LOSSES.register("gspo", dual_clip="offered",
+                 default_agg="seq-mean-token-mean", diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"verl": VERL_CLIP, "skyrl": SKYRL_CLIP},
                  domains=CLIP | DUAL_CLIP | TWO_SIDED,
@@ -102,7 +103,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
     return x.zero_off_mask(loss), metrics
 
 
-@LOSSES.register("bnpo", default_agg="token-mean", batch_token_mean=True,
+@LOSSES.register("bnpo", dual_clip="peer", default_agg="token-mean", batch_token_mean=True,
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | TWO_SIDED,
@@ -120,7 +121,7 @@ def bnpo(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, delta=None):
     return ppo_clip(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, delta=delta)
 
 
-@LOSSES.register("luspo", default_agg="seq-mean-token-sum", agg_is_method=True,
+@LOSSES.register("luspo", dual_clip="peer", default_agg="seq-mean-token-sum", agg_is_method=True,
                  diagnostics=("loss/clipfrac",),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
                  peer_keys={"trl": TRL_CLIP | TRL_DELTA}, domains=CLIP | TWO_SIDED,
@@ -138,7 +139,8 @@ def luspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, delta=None)
     return gspo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, delta=delta)
 
 
-@LOSSES.register("cispo", default_agg="token-mean", diagnostics=("loss/clipfrac",),
+@LOSSES.register("cispo", dual_clip="bounded",
+                 default_agg="token-mean", diagnostics=("loss/clipfrac",),
                  peer_keys={"verl": VERL_CLIP,
                             "skyrl": {"eps_low": "cispo.cispo_eps_clip_low",
                                       "eps_high": "cispo.cispo_eps_clip_high"}},
@@ -167,7 +169,8 @@ def reinforce(logp, old_logp, adv, mask):
     return x.zero_off_mask(-x.adv * x.logp), ratio_metrics(x)
 
 
-@LOSSES.register("rollout_is", default_agg="token-mean", diagnostics=("loss/clipfrac",),
+@LOSSES.register("rollout_is", dual_clip="bounded",
+                 default_agg="token-mean", diagnostics=("loss/clipfrac",),
                  engagement="loss/clipfrac", domains=CLIP,
                  title="rollout IS (GLM-5's agentic loss)",
                  source="arXiv 2602.15763 sec. 4.1.2; SkyRL policy_loss_type rollout_is",

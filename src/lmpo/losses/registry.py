@@ -35,6 +35,10 @@ docs and adapters so that none of them names a loss:
   (TRL's "bnpo"), not by the generation batch's (TRL's "dapo").
 - `domains`: {hyper-parameter: domain spec} (`lmpo.domains`), checked when the loss is
   built; every hyper-parameter needs one (a test fails otherwise).
+- `dual_clip`: for a loss with a ratio clip (`eps_low`/`eps_high`), required: "offered"
+  (PPO's dual clip `clip_ratio_c`, off by default), "peer" (kept in its engine's form,
+  which has none) or "bounded" (a stop-gradient weight already bounded by the clip);
+  tests/test_paper_settings.py holds each to it.
 """
 
 from lmpo.registry import Registry
@@ -44,7 +48,7 @@ LOSSES = Registry("loss", defaults={
     "acts": None, "engagement": None, "mediates": (),
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
-    "batch_token_mean": False, "agg_is_method": False, "peer_agg": {},
+    "batch_token_mean": False, "agg_is_method": False, "peer_agg": {}, "dual_clip": None,
 })
 
 DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
