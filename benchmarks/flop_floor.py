@@ -40,8 +40,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from lmpo.config import load_config
 from lmpo.losses import get_loss
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import RolloutModel, sample
-from lmpo.trainer.batch import forward_logprobs
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import TrainBatch, autocast, update
 

@@ -23,9 +23,9 @@ import torch
 from common import write_result
 
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
-from lmpo.trainer.batch import forward_logprobs
 from lmpo.warmstart import resolve_policy
 
 

@@ -42,9 +42,9 @@ import torch
 from common import DTYPES, Floor, write_result
 
 from lmpo.config import load_config
+from lmpo.models import forward as prefix_mod
 from lmpo.rollout import fast_llama
 from lmpo.trainer import loop, setup, stages
-from lmpo.trainer import prefix as prefix_mod
 from lmpo.trainer import update as update_mod
 from lmpo.trainer.train_config import TrainConfig
 

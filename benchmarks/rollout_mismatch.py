@@ -26,9 +26,9 @@ import torch
 from common import write_result
 
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import RolloutModel, sample
 from lmpo.tasks import get_task
-from lmpo.trainer.batch import forward_logprobs
 from lmpo.warmstart import resolve_policy
 
 VARIANTS = {"float32": ("float32", True), "bfloat16": ("bfloat16", True),

@@ -27,9 +27,9 @@ from common import write_result
 
 from lmpo.config import load_config
 from lmpo.models import load_policy
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import sample
 from lmpo.tasks import get_task
-from lmpo.trainer.batch import forward_logprobs
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig

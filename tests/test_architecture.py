@@ -207,3 +207,31 @@ def test_the_scripts_import_each_other_without_a_cycle(folder):
 
     cycles = sorted(m for m in graph if m in set(reach(m)))
     assert not cycles, {m: sorted(graph[m]) for m in cycles}
+
+
+FORWARD = SRC / "models" / "forward.py"
+
+
+def test_every_forward_pass_over_the_policy_or_critic_lives_in_models_forward():
+    """No module outside `lmpo.models` calls a model with `input_ids=` except through
+    `lmpo.models.forward`'s functions (the reward model's own trunk pass aside: it is
+    neither the policy nor the critic), and the pass functions are defined there alone."""
+    passes = {"cached_forward", "forward_logprobs", "response_logprobs", "critic_values",
+              "shared_prefix_logits", "sft_loss", "IncrementalValues"}
+    outside, defined = [], []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in passes \
+                    and path != FORWARD:
+                defined.append(f"{rel}: {node.name}")
+            if rel.startswith("models/") or rel == "rewards/reward_model.py":
+                continue
+            if isinstance(node, ast.Call) and any(k.arg == "input_ids" for k in node.keywords):
+                name = node.func.id if isinstance(node.func, ast.Name) else \
+                    getattr(node.func, "attr", "")
+                if name not in passes:
+                    outside.append(f"{rel}:{node.lineno}")
+    assert not defined, defined
+    assert not outside, outside

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lmpo.models import build_tokenizer, save_policy
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import fast_llama, sample
-from lmpo.trainer.batch import forward_logprobs
 
 
 def qwen3(tok):

@@ -263,7 +263,7 @@ def test_weights_scale_each_tokens_loss_and_rejection_leaves_the_counts(tiny_pol
 
 def test_nll_on_correct_responses_adds_its_own_token_mean(tiny_policy_dir):
     from lmpo.models import load_policy
-    from lmpo.trainer.batch import forward_logprobs
+    from lmpo.models.forward import forward_logprobs
 
     correct = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     base, _ = one_update(tiny_policy_dir)

@@ -12,7 +12,7 @@ from lmpo.config import load_config
 from lmpo.errors import ConfigError
 from lmpo.models import load_policy
 from lmpo.models.adapters import AdaptersOff, apply_lora, merged_copy
-from lmpo.trainer.batch import forward_logprobs
+from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig
 from tests.test_rewards import LENGTH_REWARD, write_fn

@@ -139,7 +139,7 @@ def test_the_mismatch_diagnostic_equals_a_float64_recompute(tiny_policy_dir, dty
     policy, tok = load_policy(tiny_policy_dir)
     r = rollout_gap(policy, tok, RolloutModel(policy, dtype)(), True)
     ids, mask = r.full_sequences()
-    from lmpo.trainer.batch import forward_logprobs
+    from lmpo.models.forward import forward_logprobs
 
     with torch.no_grad():
         fp32, _ = forward_logprobs(policy, ids, mask, r.response_ids, with_entropy=False)

@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmpo.models import build_policy, build_tokenizer
+from lmpo.models.forward import distinct_prompts, forward_logprobs, shared_prefix_logits
 from lmpo.rollout import sample
-from lmpo.trainer.batch import forward_logprobs
-from lmpo.trainer.prefix import distinct_prompts, shared_prefix_logits
 from tests.test_architectures import BUILDERS
 
 
@@ -122,7 +121,7 @@ def test_length_buckets_equal_one_padded_pass(share, monkeypatch):
     nearly every length its own bucket) equals one pass over the padded batch (infinite
     overhead: one bucket) in float64, log-probs, entropies and every gradient; past each
     response both are masked out (the bucketed pass writes 0 there)."""
-    from lmpo.trainer.prefix import response_logprobs
+    from lmpo.models.forward import response_logprobs
 
     float64_norms(monkeypatch)
     tok = build_tokenizer()
@@ -161,7 +160,7 @@ def test_length_buckets_partition_rows_at_least_cost(lengths, overhead):
     bucket) is the least over every partition of the sorted rows into runs (brute force)."""
     from itertools import combinations
 
-    from lmpo.trainer.prefix import length_buckets
+    from lmpo.models.forward import length_buckets
 
     groups = length_buckets(lengths, overhead)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))

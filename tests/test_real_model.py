@@ -13,8 +13,8 @@ import torch
 
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
 from lmpo.models.convert import real_model
+from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import sample
-from lmpo.trainer.batch import forward_logprobs
 from tests.test_rewards import LENGTH_REWARD, write_fn
 
 NAME = "smollm2-135m-instruct"

@@ -12,7 +12,7 @@ import torch
 import lmpo.trainer.stages as stages
 from lmpo.config import load_config
 from lmpo.models import load_policy
-from lmpo.trainer.batch import forward_logprobs
+from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.checkpoint import load_checkpoint
 from lmpo.trainer.loop import train
 from lmpo.trainer.train_config import TrainConfig

@@ -25,7 +25,7 @@ def make_batch(policy, b=64, p=5, t=9, seed=0) -> TrainBatch:
     prompt_mask[: b // 2, :2] = 0  # left padding on half the rows
     mask = torch.cat([prompt_mask, resp_mask.long()], 1)
     with torch.no_grad():
-        from lmpo.trainer.batch import forward_logprobs
+        from lmpo.models.forward import forward_logprobs
 
         logp, _ = forward_logprobs(policy, ids, mask, ids[:, p:])
     noise = 0.4 * torch.randn(b, t, generator=g, dtype=D)  # ratios away from 1: clipping acts
@@ -71,7 +71,7 @@ def test_the_kl_term_with_and_without_its_bias_correction(bias_correction):
     differentiable ratio exp(logp - old_logp) with kl.bias_correction; gradients against
     the same quantity written out here, float64, rtol 1e-10."""
     from lmpo.losses import aggregate, kl_penalty
-    from lmpo.trainer.batch import forward_logprobs
+    from lmpo.models.forward import forward_logprobs
 
     tok = build_tokenizer()
     policy = build_policy("nano", tok, seed=0).to(D)
@@ -100,7 +100,7 @@ def test_the_off_policy_mask_leaves_out_what_it_names():
     per-token loss times OPSM's mask, written out here (float64, rtol 1e-10), and the
     mask removes tokens on this batch."""
     from lmpo.losses import aggregate, off_policy_sequence_mask
-    from lmpo.trainer.batch import forward_logprobs
+    from lmpo.models.forward import forward_logprobs
 
     tok = build_tokenizer()
     policy = build_policy("nano", tok, seed=0).to(D)
@@ -127,7 +127,7 @@ def test_top_entropy_selection_is_the_minibatchs_and_micro_batch_invariant():
     least the minibatch's 0.8 quantile; the same gradient in one micro-batch or four, and
     equal to that selection written out here (float64, rtol 1e-10)."""
     from lmpo.losses import aggregate
-    from lmpo.trainer.batch import forward_logprobs
+    from lmpo.models.forward import forward_logprobs
 
     tok = build_tokenizer()
     policy = build_policy("nano", tok, seed=0).to(D)

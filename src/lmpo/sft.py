@@ -15,6 +15,7 @@ import torch
 from lmpo.config import ConfigError, save_config
 from lmpo.evaluate import evaluate
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
+from lmpo.models.forward import sft_loss
 from lmpo.tasks import get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
 
@@ -95,7 +96,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
         for step in range(cfg.steps):
             batch = sample_excluding(task, cfg.batch_size, rng, exclude)
             ids, mask, labels = sft_batch(task, tokenizer, batch)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss = sft_loss(model, ids, mask, labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

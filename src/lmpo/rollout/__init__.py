@@ -2,6 +2,7 @@
 rollout controllers that may stop a sequence early (ESPO, variant F), the model that
 samples (precision, staleness) and the corrections for its mismatch with the update."""
 
+from lmpo.models.forward import IncrementalValues
 from lmpo.rollout.controllers import (
     CONTROLLERS,
     ESPO,
@@ -22,7 +23,6 @@ from lmpo.rollout.corrections import (
 from lmpo.rollout.precision import ROLLOUT_DTYPES, RolloutModel
 from lmpo.rollout.sampler import left_pad, sample, sampling_mode
 from lmpo.rollout.types import STOP_REASONS, Rollout
-from lmpo.rollout.values import IncrementalValues
 
 __all__ = ["CONTROLLERS", "CORRECTIONS", "ESPO", "ROLLOUT_DTYPES", "STOP_REASONS",
            "Correction", "IncrementalValues", "RandomStop", "Rollout", "RolloutContext",

@@ -9,13 +9,12 @@ KV-cache rows are removed), so they stop costing compute.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 from collections.abc import Sequence
 
 import torch
 
 from lmpo.masked import position_ids
+from lmpo.models.forward import cached_forward
 from lmpo.rollout import fast_llama
 from lmpo.rollout.types import Rollout
 
@@ -79,23 +78,6 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64)
     u = u.to(probs.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
-
-
-@functools.cache
-def _cache_kwarg(forward) -> str:
-    """transformers >= 5.24 calls the KV cache `cache`; earlier versions `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-
-
-def cached_forward(module, cache, **kw):
-    """One forward pass with a KV cache; returns (output, updated cache). `module` may
-    wrap a Hugging Face model (a peft adapter): the kwarg name is the wrapped model's."""
-    inner = module
-    while hasattr(inner, "get_base_model"):
-        inner = inner.get_base_model()
-    kw[_cache_kwarg(type(inner).forward)] = cache
-    out = module(use_cache=True, **kw)
-    return out, getattr(out, "cache", None) or out.past_key_values
 
 
 class _Written:
@@ -241,7 +223,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     """Sample up to `max_new_tokens` tokens after each prompt.
 
     temperature == 0 decodes greedily (logp is then that of the untempered policy).
-    `value_fn` (see `lmpo.rollout.values.IncrementalValues`) gives V(s_t) per step;
+    `value_fn` (see `lmpo.models.forward.IncrementalValues`) gives V(s_t) per step;
     `stopper` (a rollout controller, `lmpo.rollout.controllers`) may end a row early with
     stop_reason "early_stop". `record_regret=False` skips the regret (left at 0; a
     stopper needs it). Finished rows leave the batch once they are `compact_frac` of it.

@@ -18,7 +18,8 @@ from dataclasses import replace
 import torch
 
 from lmpo.advantages import advantage_meta
-from lmpo.trainer.batch import critic_values, explained_variance
+from lmpo.models.forward import critic_values
+from lmpo.trainer.batch import explained_variance
 
 
 def token_rewards(batch, scored, cfg) -> torch.Tensor:

@@ -1,11 +1,11 @@
-"""Turning a rollout into training tensors: scores, rewards, policy log-probs."""
+"""Turning a rollout into training tensors: scores per sample, and the explained variance
+of the critic (the passes over the policy and critic: `lmpo.models.forward`)."""
 
 from __future__ import annotations
 
 import torch
 
 from lmpo.rewards import Reward, RewardError
-from lmpo.trainer.prefix import response_logprobs
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,
@@ -39,28 +39,6 @@ def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[
     for i, (s, ok) in zip(live, pairs, strict=True):
         scores[i], correct[i] = s, ok
     return scores, correct, errors
-
-
-def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
-                     temperature: float = 1.0, with_entropy: bool = True,
-                     share_prompts: bool = True):
-    """log pi(response token) and entropy at every response position (0 past a response).
-
-    ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
-    The rows run in length buckets, each cut at its longest response, and with
-    `share_prompts` each distinct prompt runs once (`lmpo.trainer.prefix`): same values
-    and gradients as one padded pass, less work.
-    """
-    device = next(model.parameters()).device
-    ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
-    logp, ent = response_logprobs(model, ids, mask, response_ids, temperature,
-                                  share_prompts=share_prompts)
-    return logp, (ent if with_entropy else None)
-
-
-def critic_values(critic, ids: torch.Tensor, mask: torch.Tensor, t: int) -> torch.Tensor:
-    """V(s_t) before each response token.  # [B, P+T] -> [B, T]"""
-    return critic.values(ids, mask)[:, -t - 1:-1]
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.losses import aggregate
+from lmpo.models.forward import critic_values
 
 PARTS = ("loss", "advantage", "controller")
 PREFIX = "shadow/"
@@ -305,8 +306,6 @@ def stop_diff(controller, rollout, critic, batch) -> float:
     lengths = rollout.lengths
     values = rollout.values
     if controller.needs_values and values is None:
-        from lmpo.trainer.batch import critic_values
-
         with torch.no_grad():
             values = critic_values(critic, batch.ids, batch.mask, t).float().cpu()
     regret = rollout.regret

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.masked import masked_mean
+from lmpo.models.forward import forward_logprobs
 from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
 from lmpo.rollout.types import Rollout
-from lmpo.trainer.batch import forward_logprobs, score_rollout
+from lmpo.trainer.batch import score_rollout
 from lmpo.trainer.filters import Drawn
 from lmpo.trainer.greedy import add_greedy_baselines
 from lmpo.trainer.update import TrainBatch, autocast

@@ -17,7 +17,7 @@ import torch
 from lmpo.errors import RunError
 from lmpo.losses import aggregate, kl_penalty, off_policy_sequence_mask, value_loss
 from lmpo.masked import masked_mean
-from lmpo.trainer.batch import critic_values, forward_logprobs
+from lmpo.models.forward import critic_values, forward_logprobs
 
 UPDATE_DTYPES = ("float32", "bfloat16")
 

@@ -1,8 +1,12 @@
-"""The teacher-forced pass over a rollout batch, without the work padding and repeated
-prompts would cost.
+"""Every forward pass over the policy and the critic: the sampler's KV-cached steps
+(`cached_forward`, `IncrementalValues` for the critic during sampling), the update's
+teacher-forced pass over a rollout batch (`forward_logprobs`), the critic's values
+(`critic_values`) and the SFT loss pass (`sft_loss`). The sampler, the update, SFT and the
+benchmarks all import them from here.
 
-Two savings, each exact (same log-probs and gradients as one plain forward of the padded
-batch, up to the order of float sums):
+The teacher-forced pass over a rollout batch runs without the work padding and repeated
+prompts would cost. Two savings, each exact (same log-probs and gradients as one plain
+forward of the padded batch, up to the order of float sums):
 
 - **Shared prompts** (a "prefix grouper"). A group-sampling batch holds G responses to
   each prompt. The plain forward runs prompt + response for every row, so each prompt is
@@ -20,6 +24,8 @@ batch, up to the order of float sums):
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 
 import numpy as np
 import torch
@@ -28,6 +34,52 @@ import torch.nn.functional as F
 from lmpo.logprobs import logprobs_and_entropy
 from lmpo.masked import position_ids
 
+
+# ---------------------------------------------------------------- KV-cached passes
+@functools.cache
+def _cache_kwarg(forward) -> str:
+    """transformers >= 5.24 calls the KV cache `cache`; earlier versions `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cached_forward(module, cache, **kw):
+    """One forward pass with a KV cache; returns (output, updated cache). `module` may
+    wrap a Hugging Face model (a peft adapter): the kwarg name is the wrapped model's."""
+    inner = module
+    while hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    kw[_cache_kwarg(type(inner).forward)] = cache
+    out = module(use_cache=True, **kw)
+    return out, getattr(out, "cache", None) or out.past_key_values
+
+
+class IncrementalValues:
+    """Adapts a `lmpo.models.ValueModel` to the sampler: V(s_t) for each active row.
+
+    The sampler calls `prefill` on the prompts, `step` after each new token and
+    `select` when finished rows leave the batch.
+    """
+
+    def __init__(self, value_model):
+        self.model = value_model
+        self.cache = None
+
+    def _run(self, **kw) -> torch.Tensor:
+        out, self.cache = cached_forward(self.model.trunk, self.cache, **kw)
+        return self.model.head(out.last_hidden_state[:, -1]).squeeze(-1)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        self.cache = None
+        return self._run(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+
+    def step(self, token: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self._run(input_ids=token, attention_mask=mask, position_ids=pos)
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+
+
+# ---------------------------------------------------------------- teacher-forced passes
 BUCKET_OVERHEAD = 64
 """What one more forward call costs, in padded token positions (the fixed per-call work of
 a pass: module calls, casts, the prompt cache's copy)."""
@@ -76,8 +128,6 @@ class _Prompts:
     """The distinct prompts' pass (logits of each response's first token, KV cache)."""
 
     def __init__(self, model, ids, mask, pos, p: int, first, inverse):
-        from lmpo.rollout.sampler import cached_forward
-
         out, self.cache = cached_forward(model, None, input_ids=ids[first, :p],
                                          attention_mask=mask[first, :p],
                                          position_ids=pos[first, :p], logits_to_keep=1)
@@ -95,8 +145,6 @@ class _Prompts:
 
 def _bucket_logits(model, prompts: _Prompts | None, ids, mask, pos, p: int, rows, tb: int):
     """Logits [n, tb, V] predicting response tokens 0..tb-1 of `rows`."""
-    from lmpo.rollout.sampler import cached_forward
-
     if prompts is None:
         return model(input_ids=ids[rows, :p + tb], attention_mask=mask[rows, :p + tb],
                      position_ids=pos[rows, :p + tb], logits_to_keep=tb + 1).logits[:, :tb]
@@ -156,3 +204,30 @@ def shared_prefix_logits(model, ids: torch.Tensor, mask: torch.Tensor, t: int):
     prompts = _Prompts(model, ids, mask, pos, p, *groups)
     return _bucket_logits(model, prompts, ids, mask, pos, p,
                           torch.arange(len(ids), device=ids.device), t)
+
+
+def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
+                     temperature: float = 1.0, with_entropy: bool = True,
+                     share_prompts: bool = True):
+    """log pi(response token) and entropy at every response position (0 past a response).
+
+    ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
+    The rows run in length buckets, each cut at its longest response, and with
+    `share_prompts` each distinct prompt runs once (above): same values
+    and gradients as one padded pass, less work.
+    """
+    device = next(model.parameters()).device
+    ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
+    logp, ent = response_logprobs(model, ids, mask, response_ids, temperature,
+                                  share_prompts=share_prompts)
+    return logp, (ent if with_entropy else None)
+
+
+def critic_values(critic, ids: torch.Tensor, mask: torch.Tensor, t: int) -> torch.Tensor:
+    """V(s_t) before each response token.  # [B, P+T] -> [B, T]"""
+    return critic.values(ids, mask)[:, -t - 1:-1]
+
+
+def sft_loss(model, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The mean next-token cross-entropy over the labelled positions (-100 elsewhere)."""
+    return model(input_ids=ids, attention_mask=mask, labels=labels).loss
