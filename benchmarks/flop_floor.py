@@ -42,6 +42,7 @@ from lmpo.config import load_config
 from lmpo.losses import get_loss
 from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import RolloutModel, sample
+from lmpo.trainer.objective import build_objective
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import TrainBatch, autocast, update
 
@@ -100,7 +101,7 @@ def lmpo_step(policy, cfg, state, loss_fn, prompts: list[list[int]], t: int, gen
     batch = TrainBatch(ids=ids, mask=mask, resp_ids=resp_ids, resp_mask=resp_mask,
                        old_logp=r.logp.to(device) * resp_mask, adv=adv * resp_mask,
                        keep=torch.arange(len(prompts)))
-    update(state, batch, loss_fn, "token-mean", cfg, lr=1e-6, step=1)
+    update(state, batch, build_objective(cfg, loss_fn, "token-mean"), cfg, lr=1e-6, step=1)
     assert int(resp_mask.sum()) == len(prompts) * t  # every row ran to the limit
     return t1 - t0, clock(device) - t2, recompute
 

@@ -235,3 +235,20 @@ def test_every_forward_pass_over_the_policy_or_critic_lives_in_models_forward():
                     outside.append(f"{rel}:{node.lineno}")
     assert not defined, defined
     assert not outside, outside
+
+
+def test_the_update_loop_reads_no_cross_cutting_setting():
+    """A cross-cutting feature is a term or a mask of `trainer/objective.py`, never a
+    branch in the update: `trainer/update.py` reads no `cfg.loss.*` beyond name, hparams
+    and agg, and no KL, critic or entropy setting."""
+    tree = ast.parse((SRC / "trainer" / "update.py").read_text())
+    read = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "cfg":
+            read.add(f"{node.value.attr}.{node.attr}")
+    allowed_loss = {"loss.name", "loss.hparams", "loss.agg"}
+    bad = sorted(k for k in read if (k.startswith("loss.") and k not in allowed_loss)
+                 or k.startswith(("kl.", "critic.")) or k == "optim.entropy_coef")
+    assert not bad, bad
+    assert read, "the scan found no cfg reads at all: it is not reading update.py"

@@ -211,6 +211,7 @@ def one_update(policy_dir, weights=None, update_mask=None, nll_coef=0.0, correct
     from lmpo.config import load_config
     from lmpo.losses import get_loss
     from lmpo.models import load_policy
+    from lmpo.trainer.objective import build_objective
     from lmpo.trainer.train_config import TrainConfig
     from lmpo.trainer.update import TrainBatch, accumulate_gradients
 
@@ -232,8 +233,8 @@ def one_update(policy_dir, weights=None, update_mask=None, nll_coef=0.0, correct
     b = TrainBatch(ids, mask, resp_ids, resp_mask, old, adv, keep=torch.arange(4),
                    is_weights=weights, update_mask=update_mask, correct=correct)
     policy.zero_grad()
-    metrics, bad = accumulate_gradients(policy, None, get_loss("ppo_clip"), "token-mean", b,
-                                        torch.arange(4), cfg)
+    objective = build_objective(cfg, get_loss("ppo_clip"), "token-mean")
+    metrics, bad = accumulate_gradients(policy, objective, b, torch.arange(4), cfg)
     assert bad is None
     return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]), \
         metrics

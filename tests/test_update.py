@@ -9,6 +9,7 @@ import torch
 from lmpo.config import load_config
 from lmpo.losses import get_loss
 from lmpo.models import ValueModel, build_policy, build_tokenizer
+from lmpo.trainer.objective import build_objective
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import TrainBatch, accumulate_gradients, update
@@ -54,8 +55,8 @@ def test_micro_batch_size_does_not_change_the_gradient(agg):
                                               "rollout.group_size=1"])
         policy.zero_grad(set_to_none=True)
         critic.zero_grad(set_to_none=True)
-        metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch,
-                                            torch.arange(64), cfg)
+        metrics, bad = accumulate_gradients(policy, build_objective(cfg, loss_fn, agg, critic),
+                                            batch, torch.arange(64), cfg)
         assert bad is None and {"loss/term_kl", "loss/term_entropy", "value/loss"} <= set(metrics)
         grads[micro] = [p.grad.clone() for p in (*policy.parameters(), *critic.parameters())]
         ratio_max[micro] = metrics["loss/ratio_max"]
@@ -83,7 +84,8 @@ def test_the_kl_term_with_and_without_its_bias_correction(bias_correction):
         return logp * 0.0, {}
 
     policy.zero_grad(set_to_none=True)
-    accumulate_gradients(policy, None, zero_loss, "token-mean", batch, torch.arange(16), cfg)
+    accumulate_gradients(policy, build_objective(cfg, zero_loss, "token-mean"), batch,
+                         torch.arange(16), cfg)
     ours = [p.grad.clone() for p in policy.parameters()]
     policy.zero_grad(set_to_none=True)
     logp, _ = forward_logprobs(policy, batch.ids, batch.mask, batch.resp_ids)
@@ -109,7 +111,7 @@ def test_the_off_policy_mask_leaves_out_what_it_names():
                                           "rollout.batch_size=16", "optim.micro_batch_size=4"])
     loss_fn = get_loss("ppo_clip")
     policy.zero_grad(set_to_none=True)
-    metrics, _ = accumulate_gradients(policy, None, loss_fn, "token-mean", batch,
+    metrics, _ = accumulate_gradients(policy, build_objective(cfg, loss_fn, "token-mean"), batch,
                                       torch.arange(16), cfg)
     assert metrics["loss/opsm/masked_frac"] > 0.05
     ours = [p.grad.clone() for p in policy.parameters()]
@@ -139,8 +141,8 @@ def test_top_entropy_selection_is_the_minibatchs_and_micro_batch_invariant():
                                               "rollout.batch_size=16",
                                               f"optim.micro_batch_size={micro}"])
         policy.zero_grad(set_to_none=True)
-        metrics, _ = accumulate_gradients(policy, None, loss_fn, "token-mean", batch,
-                                          torch.arange(16), cfg)
+        objective = build_objective(cfg, loss_fn, "token-mean")
+        metrics, _ = accumulate_gradients(policy, objective, batch, torch.arange(16), cfg)
         assert 0.15 < metrics["loss/entropy_mask/kept_frac"] < 0.25
         grads[micro] = [p.grad.clone() for p in policy.parameters()]
     policy.zero_grad(set_to_none=True)
@@ -167,7 +169,7 @@ def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
     cfg = load_config(TrainConfig, None, ["optim.minibatches=4", "rollout.batch_size=16"])
     calls = iter([1.0, float("nan"), 3.0, 5.0])
 
-    def fake(policy_, critic_, loss_fn_, agg_, batch_, mb, cfg_, shadows=None):
+    def fake(policy_, objective_, batch_, mb, cfg_, observers=()):
         value = next(calls)
         if value != value:
             return {}, "policy"
@@ -179,7 +181,7 @@ def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
     state = RunState(policy=policy, reference=policy, opt=torch.optim.SGD(policy.parameters()),
                      sampler=None, estimator=None,
                      rngs={"shuffle": torch.Generator().manual_seed(0)})
-    out = update(state, batch, None, "token-mean", cfg, lr=1e-3, step=1)
+    out = update(state, batch, None, cfg, lr=1e-3, step=1)
     assert out["train/updates"] == 3 and out["loss/x"] == pytest.approx(3.0)
     assert out["loss/w_min"] == -5.0 and out["loss/w_max"] == 9.0
     assert state.counters.skipped == 1 and state.counters.nonfinite_streak == 0

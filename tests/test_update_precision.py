@@ -26,6 +26,7 @@ import torch
 from lmpo.config import ConfigError, load_config
 from lmpo.losses import get_loss
 from lmpo.models import build_policy, build_tokenizer
+from lmpo.trainer.objective import build_objective
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import accumulate_gradients
 from tests.test_update import make_batch
@@ -38,8 +39,8 @@ def gradients(policy, batch, dtype: str) -> dict[str, torch.Tensor]:
     cfg = load_config(TrainConfig, None, [f"optim.dtype={dtype}", "kl.coef=0.1",
                                           "optim.entropy_coef=0.01"])
     policy.zero_grad(set_to_none=True)
-    _, bad = accumulate_gradients(policy, None, get_loss("ppo_clip"), "token-mean", batch,
-                                  torch.arange(len(batch.ids)), cfg)
+    _, bad = accumulate_gradients(policy, build_objective(cfg, get_loss("ppo_clip"), "token-mean"),
+                                  batch, torch.arange(len(batch.ids)), cfg)
     assert bad is None
     return {n: p.grad.clone() for n, p in policy.named_parameters()}
 

@@ -110,12 +110,12 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages
     row |= bound.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
-    shadows = state.shadows  # same-batch comparators (log.comparators), or None
-    if shadows is not None:
-        shadows.begin_step(state, batch, scored, cfg, diagnostic=diagnostic_step(step, cfg))
+    observers = state.observers  # same-batch comparators (log.comparators), ...
+    for obs in observers:
+        obs.begin_step(state, batch, scored, cfg, diagnostic=diagnostic_step(step, cfg))
     # ================================================================ update
-    row |= update(state, batch, bound.loss_fn, bound.agg, cfg, lr=lr_at(step, cfg), step=step,
-                  shadows=shadows)
+    row |= update(state, batch, bound.objective, cfg, lr=lr_at(step, cfg), step=step,
+                  observers=observers)
     clock.mark("updated")
     # ================================================================ diagnostics
     row |= after_update(step, cfg, state, bound, batch)
@@ -125,7 +125,7 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
         | rt.reward.pop_metrics() | controller_diag
     state.controller.observe(row, step)
     row |= state.controller.metrics()
-    if shadows is not None:
-        row |= shadows.end_step(row, step)
+    for obs in observers:
+        row |= obs.end_step(row, step)
     return row | clock.times(scored.rollout.num_generated)
 

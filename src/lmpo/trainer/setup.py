@@ -28,6 +28,7 @@ from lmpo.trainer.checkpoint import (
     truncate_rows,
 )
 from lmpo.trainer.history import PolicyHistory
+from lmpo.trainer.objective import build_objective
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, adamw, prepare_policy, resolve_device
 from lmpo.trainer.shadow import build_shadows
@@ -154,6 +155,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
     task = get_task(cfg.task, cfg.task_params or None)
     rt = Runtime.build(cfg, policy, tok, task, progress=progress)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
+    bound.objective = build_objective(cfg, bound.loss_fn, bound.agg, critic)
     state = RunState(
         policy=policy, reference=reference,
         opt=adamw([p for p in policy.parameters() if p.requires_grad],
@@ -165,7 +167,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         critic_opt=adamw(critic.parameters(), lr=cfg.critic.lr) if critic else None,
         controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
-        shadows=build_shadows(cfg),
+        observers=[obs for obs in (build_shadows(cfg),) if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     return Run(run_dir, cfg, bound, task, rt, heldout, state)

@@ -169,7 +169,11 @@ def build_shadows(cfg) -> Shadows | None:
 
 
 class Shadows:
-    """Every comparator of a run, fed by the trainer at each stage of a step."""
+    """Every comparator of a run: an observer of the step (hooks `begin_step`, `micro`,
+    `end_minibatch`, `end_step`; checkpointed under `key`), fed by the trainer at each
+    stage without changing the update."""
+
+    key = "shadows"
 
     def __init__(self, comparators: list[Comparator], loss_fn, grad_cos: bool = False):
         self.comparators = comparators

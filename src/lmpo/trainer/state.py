@@ -35,7 +35,9 @@ class RunState:
     controller: Any = None  # lmpo.rollout.RolloutController or None
     reward_norm: Any = None  # a reward model's running score moments (reward.normalize)
     history: Any = None  # the policy versions stale rollouts sample with (rollout.staleness)
-    shadows: Any = None  # same-batch comparators (lmpo.trainer.shadow), or None
+    # what watches the step without changing it (same-batch comparators: lmpo.trainer.shadow),
+    # each with its checkpoint key
+    observers: list = field(default_factory=list)
     rngs: dict[str, torch.Generator] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     step: int = 0
@@ -51,7 +53,7 @@ class RunState:
             "rngs": {k: g.get_state() for k, g in self.rngs.items()},
             "torch_rng": torch.get_rng_state(),
             **{name: None if part is None else part.state_dict() for name, part in parts.items()},
-            **({"shadows": self.shadows.state_dict()} if self.shadows is not None else {}),
+            **{obs.key: obs.state_dict() for obs in self.observers},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -64,8 +66,8 @@ class RunState:
                                  f"{name} state but this run {'has' if part else 'has none'}")
             if part is not None:
                 part.load_state_dict(saved)
-        if self.shadows is not None:  # log.* may change on resume: a new one starts fresh
-            self.shadows.load_state_dict(state.get("shadows") or {})
+        for obs in self.observers:  # log.* may change on resume: a new one starts fresh
+            obs.load_state_dict(state.get(obs.key) or {})
         if set(state["rngs"]) != set(self.rngs):
             raise CheckpointError(f"checkpoint generators {sorted(state['rngs'])} differ from this "
                              f"run's {sorted(self.rngs)}")

@@ -357,3 +357,4 @@ class Bound:
     post_update: list  # post-update diagnostics, parameters bound
     advantages: Any  # the advantage stage of the estimator's family
     correction: Any = None  # the rollout correction, or None
+    objective: Any = None  # the update's terms (lmpo.trainer.objective), built with the run

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.errors import RunError
-from lmpo.losses import aggregate, kl_penalty, off_policy_sequence_mask, value_loss
 from lmpo.masked import masked_mean
-from lmpo.models.forward import critic_values, forward_logprobs
+from lmpo.models.forward import forward_logprobs
+from lmpo.trainer.objective import Micro, Objective
 
 UPDATE_DTYPES = ("float32", "bfloat16")
 
@@ -73,59 +73,46 @@ def combine(sums: dict, key: str, value: float, weight: float) -> None:
         sums[key] += value * weight
 
 
-def accumulate_gradients(policy, critic, loss_fn, agg: str, batch: TrainBatch,
-                         mb: torch.Tensor, cfg, shadows=None) -> tuple[dict[str, float],
-                                                                       str | None]:
-    """Forward and backward over the micro-batches of minibatch `mb` (sample indices);
-    gradients accumulate in `.grad`. Returns (metrics, name of a non-finite term or None);
-    on a non-finite term it stops before that micro-batch's backward. `shadows`
-    (lmpo.trainer.shadow) see each micro-batch's log-probs without changing anything."""
+def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: torch.Tensor,
+                         cfg, observers=()) -> tuple[dict[str, float], str | None]:
+    """Forward and backward over the micro-batches of minibatch `mb` (sample indices), the
+    objective's terms summed in order, one backward each; gradients accumulate in `.grad`.
+    Returns (metrics, name of a non-finite term or None); on a non-finite term it stops
+    before that micro-batch's backward. `observers` (same-batch comparators,
+    lmpo.trainer.shadow) see each micro-batch's policy term without changing anything."""
     resp_mask = batch.resp_mask if batch.update_mask is None else batch.update_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
               # seq-mean-token-sum-norm's horizon: the fixed generation budget, not the longest row
               "horizon": cfg.rollout.max_new_tokens}
-    nll = cfg.loss.nll_coef > 0
-    if nll:  # the NLL term's own counts: the correct responses' tokens in the minibatch
-        right = resp_mask[mb] * batch.correct[mb, None]
-        nll_counts = counts | {"num_tokens": right.sum(), "num_seqs": (right.sum(-1) > 0).sum()}
+    objective.begin_minibatch(mb, resp_mask, batch=batch, counts=counts,
+                              forward=lambda micro: micro_forward(policy, batch, micro, cfg),
+                              micro_size=cfg.optim.micro_batch_size)
+    agg = objective.agg
+    params = [p for p in policy.parameters() if p.requires_grad] if observers else []
     sums: dict[str, float] = defaultdict(float)
-    threshold = entropy_threshold(policy, batch, mb, resp_mask, cfg)  # None: no selection
     for micro in mb.split(cfg.optim.micro_batch_size):
         m = resp_mask[micro]
         logp, ent = micro_forward(policy, batch, micro, cfg)
-        loss_tok, loss_metrics = policy_loss_tokens(loss_fn, logp, batch, micro, m, cfg)
-        if threshold is not None:  # the high-entropy tokens only (the "80/20" rule)
-            keep = (ent.detach() >= threshold) & m.bool()
-            loss_tok = loss_tok * keep
-            loss_metrics["entropy_mask/kept_frac"] = float(keep.sum()) / max(int(m.sum()), 1)
-        terms = {"policy": aggregate(loss_tok, m, agg, **counts)}
-        if shadows is not None:  # the run's own weights from its policy term, graph kept
-            shadows.micro(logp, terms["policy"], batch, micro, m, counts, agg,
-                          [p for p in policy.parameters() if p.requires_grad])
-        if nll:
-            terms["nll"] = cfg.loss.nll_coef * aggregate(
-                -logp * m, m * batch.correct[micro, None], agg, **nll_counts)
-        if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
-            terms["kl"] = cfg.kl.coef * aggregate(kl_tokens(logp, batch, micro, cfg), m, agg,
-                                                  **counts)
-        if cfg.optim.entropy_coef:
-            terms["entropy"] = -cfg.optim.entropy_coef * aggregate(ent, m, agg, **counts)
-        if critic is not None:
-            vl, v_metrics = value_term(critic, batch, micro, m, counts, cfg, logp.device)
-            terms["value"] = cfg.critic.value_coef * vl
-            sums["value/loss"] += float(vl.detach())
-        bad = next((k for k, x in terms.items() if not torch.isfinite(x)), None)
+        x = Micro(batch, micro, m, logp, ent, counts, agg, logp.device,
+                  lambda device=logp.device: autocast(cfg, device))
+        values, averaged = {}, {}
+        for term in objective.terms:
+            values[term.name], more, summed = term(x)
+            averaged |= more
+            for k, v in summed.items():
+                sums[k] += v
+            if term is objective.terms[0]:  # the policy term: what comparators replay
+                for obs in observers:
+                    obs.micro(logp, values[term.name], batch, micro, m, counts, agg, params)
+        bad = next((k for k, v in values.items() if not torch.isfinite(v)), None)
         if bad:
             return dict(sums), bad
-        sum(terms.values()).backward()
+        sum(values.values()).backward()
         frac = len(micro) / len(mb)
-        for k, x in loss_metrics.items():
-            combine(sums, "loss/" + k, x, frac)
-        for k, x in terms.items():
-            sums["loss/term_" + k] += float(x.detach())
-        if critic is not None:
-            for k, x in v_metrics.items():
-                combine(sums, k, x, frac)
+        for k, v in averaged.items():
+            combine(sums, k, v, frac)
+        for k, v in values.items():
+            sums["loss/term_" + k] += float(v.detach())
         sums["policy/entropy_update"] += float(masked_mean(ent.detach(), m)) * frac
     return dict(sums), None
 
@@ -138,55 +125,6 @@ def micro_forward(policy, batch: TrainBatch, micro, cfg):
                                 share_prompts=cfg.optim.shared_prefix)
 
 
-def entropy_threshold(policy, batch: TrainBatch, mb, resp_mask, cfg):
-    """loss.top_entropy_quantile q < 1: the (1 - q) quantile of the current policy's
-    entropy over the minibatch's response tokens (a no-grad pass over its micro-batches
-    first, so that the selection does not depend on the micro-batch size); None at q = 1.
-    TRL takes the quantile over each micro-batch (gathered across processes)."""
-    q = cfg.loss.top_entropy_quantile
-    if q >= 1.0:
-        return None
-    ents = []
-    with torch.no_grad():
-        for micro in mb.split(cfg.optim.micro_batch_size):
-            ents.append(micro_forward(policy, batch, micro, cfg)[1][resp_mask[micro] > 0])
-    ents = torch.cat(ents)
-    return torch.quantile(ents, 1.0 - q) if ents.numel() else None
-
-
-def policy_loss_tokens(loss_fn, logp, batch: TrainBatch, micro, m, cfg):
-    """The loss's per-token loss on one micro-batch, times OPSM's mask when
-    loss.off_policy_mask_threshold is set (any loss) and the rollout correction's
-    weights (as verl: pg_losses * rollout_is_weights); with its metrics."""
-    loss_tok, metrics = loss_fn(logp, batch.old_logp[micro], batch.adv[micro], m)
-    if cfg.loss.off_policy_mask_threshold is not None:
-        keep, mask_metrics = off_policy_sequence_mask(
-            logp, batch.old_logp[micro], batch.adv[micro], m, cfg.loss.off_policy_mask_threshold)
-        loss_tok, metrics = loss_tok * keep, metrics | mask_metrics
-    if batch.is_weights is not None:
-        loss_tok = loss_tok * batch.is_weights[micro]
-    return loss_tok, metrics
-
-
-def kl_tokens(logp, batch: TrainBatch, micro, cfg) -> torch.Tensor:
-    """The per-token KL estimate to the reference; with kl.bias_correction, times the
-    differentiable ratio pi / pi_old (the samples come from pi_old)."""
-    kl_tok = kl_penalty(logp, batch.ref_logp[micro], cfg.kl.kind)
-    if cfg.kl.bias_correction:
-        kl_tok = kl_tok * torch.exp((logp - batch.old_logp[micro]).clamp(-20, 20))
-    return kl_tok
-
-
-def value_term(critic, batch: TrainBatch, micro: torch.Tensor, m: torch.Tensor, counts: dict,
-               cfg, device: torch.device) -> tuple[torch.Tensor, dict]:
-    """The critic's clipped value loss on one micro-batch, token-mean, and its metrics."""
-    with autocast(cfg, device):
-        v = critic_values(critic, batch.ids[micro], batch.mask[micro], m.shape[1]).float()
-    vl_tok, v_metrics = value_loss(v, batch.old_values[micro], batch.returns[micro], m,
-                                   clip=cfg.critic.value_clip)
-    return aggregate(vl_tok, m, "token-mean", num_tokens=counts["num_tokens"]), v_metrics
-
-
 def clip_metrics(norm: float, clip: float) -> dict[str, float]:
     """grad/norm: the pre-clip norm; grad/clipped_frac: 1 if clipping rescaled the step
     (as torch's clip_grad_norm_ decides: clip < norm + 1e-6); grad/step_norm: the norm of
@@ -196,8 +134,8 @@ def clip_metrics(norm: float, clip: float) -> dict[str, float]:
             "grad/step_norm": norm * min(1.0, clip / (norm + 1e-6))}
 
 
-def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step: int,
-           shadows=None) -> dict:
+def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, step: int,
+           observers=()) -> dict:
     """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
     optimiser steps. Returns the metrics averaged over the applied updates (a _min or _max
     metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after
@@ -211,10 +149,9 @@ def update(state, batch: TrainBatch, loss_fn, agg: str, cfg, *, lr: float, step:
             state.opt.zero_grad(set_to_none=True)
             if critic is not None:
                 state.critic_opt.zero_grad(set_to_none=True)
-            metrics, bad = accumulate_gradients(policy, critic, loss_fn, agg, batch, mb, cfg,
-                                                shadows)
-            if shadows is not None:
-                shadows.end_minibatch()
+            metrics, bad = accumulate_gradients(policy, objective, batch, mb, cfg, observers)
+            for obs in observers:
+                obs.end_minibatch()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.optim.grad_clip)
             if bad is None and not torch.isfinite(grad_norm):
                 bad = "policy gradient"
