@@ -178,7 +178,7 @@ def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
                 timers.s.clear()
                 timers.shapes.clear()
                 t0 = time.perf_counter()
-                row = loop.train_step(step, cfg, run.state, run.bound, run.task, run.rt)
+                row = loop.train_step(step, run)
                 total = time.perf_counter() - t0
                 per_step.append((total, dict(timers.s), timers.shapes["rollouts"][0],
                                  row["response/length_mean"]))

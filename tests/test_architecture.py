@@ -252,3 +252,41 @@ def test_the_update_loop_reads_no_cross_cutting_setting():
                  or k.startswith(("kl.", "critic.")) or k == "optim.entropy_coef")
     assert not bad, bad
     assert read, "the scan found no cfg reads at all: it is not reading update.py"
+
+
+def test_the_trainers_middle_has_one_run_object_and_a_plain_config():
+    """train_step takes the step and the open run; the config module imports no part
+    module (the trainer builds the parts: lmpo.trainer.parts); no function in trainer/
+    imports from lmpo (every dependency is in the module's header)."""
+    import inspect
+
+    from lmpo.trainer.loop import train_step
+
+    assert list(inspect.signature(train_step).parameters) == ["step", "run"]
+    config_imports = imports(SRC / "trainer" / "train_config.py")
+    parts = {m for m in config_imports if m.split(".")[1] in ("losses", "advantages", "rollout",
+                                                              "rewards")}
+    assert not parts, parts
+    hidden = []
+    for path in (SRC / "trainer").glob("*.py"):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                hidden += [f"{path.name}:{n.lineno}" for n in ast.walk(fn)
+                           if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lmpo")]
+    assert not hidden, hidden
+
+
+def test_architecture_md_names_every_part_kind_and_metadata_field():
+    """docs/architecture.md's parts table stays current: every registry lmpo.methods lists
+    (and the post-update diagnostics) and every metadata field a part declares."""
+    from lmpo.methods import registries
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = []
+    for kind, reg in registries().items():
+        if reg.kind not in text:
+            missing.append(f"kind {reg.kind}")
+        for field in reg.defaults:
+            if field not in ("title", "source", "summary") and f"`{field}`" not in text:
+                missing.append(f"{kind}: `{field}`")
+    assert not missing, missing

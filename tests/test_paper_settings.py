@@ -16,6 +16,7 @@ from lmpo.rewards import build_reward, reward_range
 from lmpo.rollout import ESPO, build_controller
 from lmpo.rollout.controllers.base import BelowFailure
 from lmpo.tasks import get_task
+from lmpo.trainer.parts import build_controller_of
 from lmpo.trainer.train_config import RewardConfig, TrainConfig
 
 
@@ -115,7 +116,7 @@ def cfg_args(policy):
 def test_the_run_gives_espo_its_rewards_failure_value(tiny_policy_dir, tmp_path):
     cfg = load_config(TrainConfig, "espo", [f"policy={tiny_policy_dir}", "reward.scale=pm1",
                                             "controller={name: espo, hparams: {beta: 0.5}}"])
-    assert cfg.bind().controller.stop_score == -1.0
+    assert build_controller_of(cfg).stop_score == -1.0
     fn = tmp_path / "mine.py"
     fn.write_text("def f(prompts, completions, answers, **kw):\n"
                   "    return [0.0] * len(prompts)\n")

@@ -136,15 +136,15 @@ def test_missing_policy_and_existing_run_dir_are_clear_errors(tmp_path, tiny_pol
 
 def test_non_finite_loss_skips_updates_then_stops_naming_the_term(tiny_policy_dir, tmp_path,
                                                                   monkeypatch):
-    import lmpo.losses
+    import lmpo.trainer.parts
 
-    real = lmpo.losses.get_loss
+    real = lmpo.trainer.parts.get_loss
 
     def nan_loss(name, **hp):
         fn = real(name, **hp)
         return lambda logp, *a: (fn(logp, *a)[0] * float("nan"), fn(logp, *a)[1])
 
-    monkeypatch.setattr(lmpo.losses, "get_loss", nan_loss)
+    monkeypatch.setattr(lmpo.trainer.parts, "get_loss", nan_loss)  # where the run builds it
     # one update per step: step 1 skips it and logs its row, step 2 makes 2 in a row
     cfg = tiny_cfg(tiny_policy_dir, extra=["steps=5", "max_nonfinite=2", "optim.minibatches=1"])
     with pytest.raises(NonFiniteError, match="the policy term went non-finite in 2 consecutive"):

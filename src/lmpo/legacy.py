@@ -8,7 +8,7 @@ upgraded instead (`upgrade_saved`): resuming a run, re-judging a finished one an
 
 from __future__ import annotations
 
-from lmpo.advantages.base import DEFAULT_ESTIMATOR
+from lmpo.registry import DEFAULT_ESTIMATOR
 from lmpo.rollout.controllers.registry import LEGACY_SECTION
 from lmpo.rollout.controllers.registry import REPLACED as CONTROLLER_REPLACED
 from lmpo.rollout.controllers.registry import upgrade_saved as upgrade_controller

@@ -43,6 +43,18 @@ def _holder(fh) -> dict:
         return {"what": f"an unreadable lock ({text[:40]!r})"}
 
 
+def _written_holder(fh, wait_s: float = 2.0) -> dict:
+    """The holder of a lock another process has just taken: it writes its line right after
+    taking the lock, so an empty file is read again for up to `wait_s` (two processes
+    started together would otherwise name the holder "pid ?")."""
+    deadline = time.monotonic() + wait_s
+    holder = _holder(fh)
+    while not holder and time.monotonic() < deadline:
+        time.sleep(0.02)
+        holder = _holder(fh)
+    return holder
+
+
 def notice_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -59,8 +71,8 @@ def directory_lock(directory: str | Path, *, what: str,
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise LockedError(f"{directory} is in use by another lmpo process "
-                              f"({describe(_holder(fh))}): wait for it to end, or use "
-                              "another directory") from None
+                              f"({describe(_written_holder(fh))}): wait for it to end, or "
+                              "use another directory") from None
         previous = _holder(fh)
         if previous:
             notice(f"lmpo: {directory}: took over the lock of {describe(previous)}, which "

@@ -16,6 +16,11 @@ from typing import Any
 from lmpo.domains import Domain, parse
 from lmpo.errors import BadHyperParameter, OutOfDomain, UnknownName
 
+# what a train config's part is when it names none (the config and the registries read it)
+DEFAULT_LOSS = "ppo_clip"
+DEFAULT_ESTIMATOR = "grpo"
+DEFAULT_CONTROLLER = "none"  # stops nothing
+
 
 def nearest(name: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' hint for a misspelt name, or ''."""

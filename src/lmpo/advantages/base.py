@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lmpo.registry import Registry
+from lmpo.registry import DEFAULT_ESTIMATOR, Registry  # noqa: F401 (re-exported)
 
-DEFAULT_ESTIMATOR = "grpo"  # what a train config's `advantage.name` is when it names none
 ADVANTAGES = Registry("advantage estimator", defaults={
     "needs_critic": False, "wants_clusters": False, "wants_lengths": False,
     "wants_parts": False, "wants_baselines": False, "peer_keys": {}, "peer_names": {},

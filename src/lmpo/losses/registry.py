@@ -41,7 +41,7 @@ docs and adapters so that none of them names a loss:
   tests/test_paper_settings.py holds each to it.
 """
 
-from lmpo.registry import Registry
+from lmpo.registry import DEFAULT_LOSS, Registry  # noqa: F401 (re-exported)
 
 LOSSES = Registry("loss", defaults={
     "default_agg": "token-mean", "title": "", "source": "", "summary": "", "diagnostics": (),
@@ -51,7 +51,6 @@ LOSSES = Registry("loss", defaults={
     "batch_token_mean": False, "agg_is_method": False, "peer_agg": {}, "dual_clip": None,
 })
 
-DEFAULT_LOSS = "ppo_clip"  # what a train config's `loss.name` is when it names none
 
 # the domains of the hyper-parameters several losses share (lmpo.domains)
 CLIP = {"eps_low": "(0, 1]", "eps_high": "(0, inf)"}  # 1 - eps_low >= 0: no lower clip at 1

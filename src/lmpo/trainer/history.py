@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from lmpo.trainer.checkpoint import CheckpointError
+
 
 class PolicyHistory:
     """The last `k + 1` policy versions (state dicts, oldest first)."""
@@ -41,7 +43,6 @@ class PolicyHistory:
 
     def load_state_dict(self, state: dict) -> None:
         if state["k"] != self.k:
-            from lmpo.trainer.checkpoint import CheckpointError
 
             raise CheckpointError(f"checkpoint has staleness {state['k']}, this run "
                                   f"{self.k}")

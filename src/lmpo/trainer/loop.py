@@ -31,7 +31,7 @@ from lmpo.trainer.stages import (
     training_batch,
     usable,
 )
-from lmpo.trainer.train_config import Bound, TrainConfig
+from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import NonFiniteError, update
 
 __all__ = ["NonFiniteError", "train", "train_step", "training_pool"]
@@ -49,7 +49,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     bar, job = progress_bar(cfg, state.step, progress)
     try:
         for step in range(state.step + 1, cfg.steps + 1):
-            row = train_step(step, cfg, state, run.bound, run.task, run.rt)
+            row = train_step(step, run)
             # ======================================================== evaluation
             if step % cfg.log.eval_every == 0 or step == cfg.steps:
                 row |= metrics_row(run.evaluate())
@@ -91,8 +91,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.optim.lr * min(1.0, step / max(1, cfg.optim.warmup_steps))
 
 
-def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> dict:
-    """One RL iteration; returns the step's metrics row."""
+def train_step(step: int, run: Run) -> dict:
+    """One RL iteration of the open run; returns the step's metrics row."""
+    cfg, state, parts, rt = run.cfg, run.state, run.parts, run.rt
     clock = Clock()
     # ================================================================ draw and score
     drawn, filter_metrics, controller_diag = draw_and_score(step, cfg, state, rt, clock)
@@ -105,20 +106,20 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
     batch, anchors = training_batch(step, cfg, state, scored, rt.device,
-                                    differs=rt.rollout_model.differs, correction=bound.correction)
+                                    differs=rt.rollout_model.differs, correction=parts.correction)
     batch.keep, kept = rt.filter.keep(scored)
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages
-    row |= bound.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
+    row |= parts.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
     observers = state.observers  # same-batch comparators (log.comparators), ...
     for obs in observers:
         obs.begin_step(state, batch, scored, cfg, diagnostic=diagnostic_step(step, cfg))
     # ================================================================ update
-    row |= update(state, batch, bound.objective, cfg, lr=lr_at(step, cfg), step=step,
+    row |= update(state, batch, parts.objective, cfg, lr=lr_at(step, cfg), step=step,
                   observers=observers)
     clock.mark("updated")
     # ================================================================ diagnostics
-    row |= after_update(step, cfg, state, bound, batch)
+    row |= after_update(step, cfg, state, parts, batch)
     # ================================================================ log
     # with a refill, the filter's reward/* cover every generated sample
     row |= step_metrics(state, scored, lr_at(step, cfg)) | filter_metrics \
@@ -128,4 +129,3 @@ def train_step(step: int, cfg: TrainConfig, state, bound: Bound, task, rt) -> di
     for obs in observers:
         row |= obs.end_step(row, step)
     return row | clock.times(scored.rollout.num_generated)
-

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import yaml
 
-from lmpo.config import ConfigError, flatten, to_dict
+from lmpo.advantages import advantage_hparams
+from lmpo.config import ConfigError, build, flatten, to_dict
 from lmpo.legacy import upgrade_saved
+from lmpo.losses import loss_hparams
+from lmpo.rollout import controller_hparams
+from lmpo.trainer.train_config import TrainConfig
 
 EXEMPT = ("steps", "threads", "log")
 
 
 def part_hparams() -> dict:
     """{config section: hyper-parameter defaults of the part it names}."""
-    from lmpo.advantages import advantage_hparams
-    from lmpo.losses import loss_hparams
-    from lmpo.rollout import controller_hparams
 
     return {"loss": loss_hparams, "advantage": advantage_hparams,
             "controller": controller_hparams}
@@ -80,8 +81,6 @@ def check_resumable(saved: Path, cfg) -> None:
 def load_run_config(path: Path):
     """The TrainConfig a run directory's config.yaml holds (upgraded if an earlier lmpo
     wrote it)."""
-    from lmpo.config import build
-    from lmpo.trainer.train_config import TrainConfig
 
     return build(TrainConfig, upgrade_saved(yaml.safe_load(Path(path).read_text()) or {}))
 

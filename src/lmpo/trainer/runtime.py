@@ -11,7 +11,11 @@ import torch
 
 from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder, stop_token_ids
+from lmpo.models.adapters import AdaptersOff, apply_lora
+from lmpo.reward_model_training import resolve_reward_model
 from lmpo.rewards import Reward, build_reward
+from lmpo.rewards.multi import MultiReward
+from lmpo.rewards.reward_model import ModelReward
 from lmpo.rollout.precision import RolloutModel
 from lmpo.trainer.filters import build_filter
 from lmpo.trainer.greedy import wants_greedy
@@ -52,7 +56,6 @@ def prepare_policy(policy, cfg):
     if cfg.optim.gradient_checkpointing:
         enable_checkpointing(policy)
     if cfg.lora.r > 0:
-        from lmpo.models.adapters import AdaptersOff, apply_lora
 
         policy = apply_lora(policy, r=cfg.lora.r, alpha=cfg.lora.alpha,
                             dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules)
@@ -76,13 +79,10 @@ class Runtime:
         device = next(policy.parameters()).device
         reward = build_reward(cfg.reward.fn, task, cfg.reward.scale)
         if cfg.reward.extra:  # several functions: a weighted sum, each logged
-            from lmpo.rewards.multi import MultiReward
 
             reward = MultiReward([reward] + [build_reward(f, task) for f in cfg.reward.extra],
                                  cfg.reward.weights or [1.0] * (1 + len(cfg.reward.extra)))
         if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
-            from lmpo.reward_model_training import resolve_reward_model
-            from lmpo.rewards.reward_model import ModelReward
 
             reward = ModelReward(resolve_reward_model(cfg.reward.model, progress=progress),
                                  reward, micro_batch_size=cfg.reward.micro_batch_size,

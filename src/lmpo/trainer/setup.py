@@ -13,12 +13,13 @@ from pathlib import Path
 
 import torch
 
-from lmpo.config import ConfigError, save_config
+from lmpo.config import ConfigError, save_config, to_dict
 from lmpo.errors import LockedError
 from lmpo.evaluate import evaluate
 from lmpo.faults import CRASH_ENV, parse_crash_spec
 from lmpo.locks import directory_lock
 from lmpo.models import ValueModel, load_policy
+from lmpo.rollout.controllers.base import BelowFailure
 from lmpo.tasks import Sampler, get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
 from lmpo.trainer.checkpoint import (
@@ -28,12 +29,13 @@ from lmpo.trainer.checkpoint import (
     truncate_rows,
 )
 from lmpo.trainer.history import PolicyHistory
-from lmpo.trainer.objective import build_objective
+from lmpo.trainer.parts import Parts, build_controller_of, build_estimator, build_parts
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, adamw, prepare_policy, resolve_device
 from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
-from lmpo.trainer.train_config import Bound, TrainConfig
+from lmpo.trainer.trackers import WandbTracker
+from lmpo.trainer.train_config import TrainConfig
 from lmpo.warmstart import resolve_policy
 
 
@@ -43,7 +45,7 @@ class Run:
 
     dir: Path
     cfg: TrainConfig
-    bound: Bound
+    parts: Parts
     task: object
     rt: Runtime
     heldout: object
@@ -131,8 +133,6 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
 
         run.writer = SummaryWriter(str(run_dir / "tb"), purge_step=run.state.step + 1)
     if cfg.log.wandb:
-        from lmpo.config import to_dict
-        from lmpo.trainer.trackers import WandbTracker
 
         run.tracker = WandbTracker(cfg.log.wandb, run_dir, to_dict(cfg))
     if run.state.before is None:
@@ -142,9 +142,8 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
 
 def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bool) -> Run:
     """The policy, its reference and critic, the task, the runtime and a fresh state."""
-    bound = cfg.bind()
-    for note in getattr(bound.controller, "notes", ()):  # allowed, but worth saying
-        from lmpo.rollout.controllers.base import BelowFailure
+    estimator, controller = build_estimator(cfg), build_controller_of(cfg)
+    for note in getattr(controller, "notes", ()):  # allowed, but worth saying
 
         warnings.warn(note, BelowFailure, stacklevel=2)
     policy, tok = load_policy(policy_dir)
@@ -155,7 +154,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
     task = get_task(cfg.task, cfg.task_params or None)
     rt = Runtime.build(cfg, policy, tok, task, progress=progress)
     heldout = heldout_split(task, cfg.log.eval_per_tier)
-    bound.objective = build_objective(cfg, bound.loss_fn, bound.agg, critic)
+    parts = build_parts(cfg, critic)
     state = RunState(
         policy=policy, reference=reference,
         opt=adamw([p for p in policy.parameters() if p.requires_grad],
@@ -163,14 +162,14 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         sampler=Sampler(training_pool(task, cfg, heldout.prompts),
                         cfg.rollout.batch_size // cfg.rollout.group_size,
                         kind=cfg.rollout.sampler, seed=cfg.seed, order=task.clusters),
-        estimator=bound.estimator, critic=critic,
+        estimator=estimator, critic=critic,
         critic_opt=adamw(critic.parameters(), lr=cfg.critic.lr) if critic else None,
-        controller=bound.controller, reward_norm=getattr(rt.reward, "normalizer", None),
+        controller=controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         observers=[obs for obs in (build_shadows(cfg),) if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
-    return Run(run_dir, cfg, bound, task, rt, heldout, state)
+    return Run(run_dir, cfg, parts, task, rt, heldout, state)
 
 
 def training_pool(task, cfg: TrainConfig, exclude: frozenset[str]) -> list:

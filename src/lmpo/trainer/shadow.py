@@ -37,8 +37,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lmpo.losses import aggregate
+from lmpo.advantages import advantage_meta, get_advantage
+from lmpo.config import ConfigError
+from lmpo.losses import aggregate, default_aggregation, get_loss
 from lmpo.models.forward import critic_values
+from lmpo.rewards import reward_range
+from lmpo.rollout import build_controller
+from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
 
 PARTS = ("loss", "advantage", "controller")
 PREFIX = "shadow/"
@@ -91,11 +96,6 @@ class Comparator:
 def build_comparators(cfg) -> list[Comparator]:
     """The comparators `cfg.log.comparators` names, built (a bad part is a ConfigError
     naming its key)."""
-    from lmpo.advantages import get_advantage
-    from lmpo.config import ConfigError
-    from lmpo.losses import default_aggregation, get_loss
-    from lmpo.rewards import reward_range
-    from lmpo.rollout import build_controller
 
     out = []
     for name, spec in (cfg.log.comparators or {}).items():
@@ -145,8 +145,6 @@ def scores_differ(theirs, mine) -> bool:
 
 def check_family(comp: Comparator, cfg, where: str) -> None:
     """A comparator estimator that trains a critic needs a run that has one."""
-    from lmpo.advantages import advantage_meta
-    from lmpo.config import ConfigError
 
     name = comp.estimator_name
     if name and advantage_meta(name)["needs_critic"] and not cfg.actor_critic:
@@ -162,7 +160,6 @@ def build_shadows(cfg) -> Shadows | None:
     comparators = build_comparators(cfg)
     if not comparators:
         return None
-    from lmpo.losses import get_loss
 
     return Shadows(comparators, get_loss(cfg.loss.name, **cfg.loss.hparams),
                    cfg.log.shadow_grad_cos)
@@ -188,7 +185,6 @@ class Shadows:
     def begin_step(self, state, batch, scored, cfg, *, diagnostic: bool) -> None:
         """Before the update: each comparator estimator's advantages on this batch (and
         their distance from the run's), each controller's replayed stop decisions."""
-        from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
 
         self._sums, self._weight, self._row = {}, 0.0, {}
         self._want_grads = self.grad_cos and diagnostic

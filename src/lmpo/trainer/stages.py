@@ -182,7 +182,7 @@ def diagnostic_step(step: int, cfg) -> bool:
     return (step - 1) % cfg.log.policy_kl_every == 0
 
 
-def after_update(step: int, cfg, state, bound, batch: TrainBatch) -> dict:
+def after_update(step: int, cfg, state, parts, batch: TrainBatch) -> dict:
     """A float32 pass over the batch after the update, on diagnostic steps: the KL between
     consecutive policies (k3; a low-precision rollout's mismatch is rollout/logp_mismatch,
     not a step the update took) and the loss's post-update diagnostics; the KL to the
@@ -196,7 +196,7 @@ def after_update(step: int, cfg, state, bound, batch: TrainBatch) -> dict:
         step_rho = new_logp - batch.pre_update
         row["kl/consecutive"] = float(masked_mean(
             torch.exp(step_rho.clamp(-20, 20)) - 1 - step_rho, batch.resp_mask))
-        for diagnostic in bound.post_update:
+        for diagnostic in parts.post_update:
             row |= diagnostic(new_logp, batch.old_logp, batch.adv, batch.resp_mask)
     if batch.ref_logp is not None:
         row["kl/ref"] = float(masked_mean(batch.old_logp - batch.ref_logp, batch.resp_mask))

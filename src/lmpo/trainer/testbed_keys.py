@@ -10,7 +10,9 @@ the experiment's `base:` or arm overrides, or the command line.
 
 from __future__ import annotations
 
+from lmpo.config import flatten
 from lmpo.errors import ConfigError
+from lmpo.tasks.jsonl import is_dataset_path
 
 TESTBED_KEYS = ("policy", "rollout.clusters", "rollout.max_new_tokens",
                 "log.eval_max_new_tokens")
@@ -19,8 +21,6 @@ TESTBED_KEYS = ("policy", "rollout.clusters", "rollout.max_new_tokens",
 def check_testbed_keys(data: dict, own: set[str], defaults: dict) -> None:
     """Refuse a config whose `task` is the user's dataset but some TESTBED_KEYS only come
     from a shipped preset or the `defaults` (dotted keys; `own`: the keys the user set)."""
-    from lmpo.config import flatten
-    from lmpo.tasks.jsonl import is_dataset_path
 
     task = data.get("task", defaults["task"])
     if not isinstance(task, str) or not is_dataset_path(task):

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from lmpo.advantages.base import DEFAULT_ESTIMATOR
-from lmpo.config import ConfigError
+from lmpo.config import flat_config
 from lmpo.legacy import replaced
-from lmpo.losses.registry import DEFAULT_LOSS
-from lmpo.rollout.controllers.registry import DEFAULT_CONTROLLER
+from lmpo.registry import DEFAULT_CONTROLLER, DEFAULT_ESTIMATOR, DEFAULT_LOSS
+from lmpo.trainer.parts import needs_critic
+from lmpo.trainer.testbed_keys import check_testbed_keys
+from lmpo.trainer.validate import validate
 
 
 @dataclass
@@ -290,71 +291,16 @@ class TrainConfig:
     @property
     def actor_critic(self) -> bool:
         """The estimator needs a critic (registry metadata `needs_critic`)."""
-        from lmpo.advantages import advantage_meta, list_advantages
 
-        return (self.advantage.name in list_advantages()
-                and advantage_meta(self.advantage.name)["needs_critic"])
-
-    def bind(self) -> Bound:
-        """The parts this config names, built (the loss called once on a dummy token), so
-        that every bad value fails here as a ConfigError naming its key."""
-        import torch
-
-        from lmpo.advantages import get_advantage
-        from lmpo.losses import default_aggregation, get_loss
-        from lmpo.losses.diagnostics import bind_post_update
-        from lmpo.rewards import reward_range
-        from lmpo.rollout import build_controller, get_correction
-        from lmpo.trainer.advantage import advantage_stage
-
-        def bound(key: str, make):
-            try:
-                return make()
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
-
-        loss, adv, ctl, corr = self.loss, self.advantage, self.controller, \
-            self.rollout.correction
-        low, high, failure = reward_range(self.reward)
-        loss_fn = bound("loss", lambda: get_loss(loss.name, **loss.hparams))
-        one = torch.ones(1, 1)
-        bound("loss.hparams", lambda: loss_fn(one - 2, one - 2, one[0], one))
-        return Bound(
-            loss_fn=loss_fn, agg=loss.agg or default_aggregation(loss.name),
-            estimator=bound("advantage", lambda: get_advantage(adv.name, **adv.hparams)),
-            controller=bound("controller", lambda: build_controller(
-                ctl.name, ctl.hparams, total_steps=self.steps, seed=self.seed,
-                failure_reward=failure, reward_range=(low, high))),
-            correction=None if corr.kind is None else bound(
-                "rollout.correction", lambda: get_correction(corr.kind, **corr.hparams)),
-            post_update=bound("log.diagnostics", lambda: bind_post_update(
-                loss.name, loss.hparams, self.log.diagnostics)),
-            advantages=advantage_stage(adv.name))
+        return needs_critic(self.advantage.name)
 
     @classmethod
     def check_own_keys(cls, data: dict, own: set[str]) -> None:
         """On your own dataset, the testbed's keys must be yours (lmpo.trainer.testbed_keys)."""
-        from lmpo.config import flat_config
-        from lmpo.trainer.testbed_keys import check_testbed_keys
 
         check_testbed_keys(data, own, flat_config(cls()))
 
     def validate(self) -> None:
         """Fail before any work: every name resolves, every number is in range."""
-        from lmpo.trainer.validate import validate
 
         validate(self)
-
-
-@dataclass
-class Bound:
-    """What a config names, built: see `TrainConfig.bind`."""
-
-    loss_fn: Any
-    agg: str
-    estimator: Any
-    controller: Any  # a rollout controller (`none` stops nothing)
-    post_update: list  # post-update diagnostics, parameters bound
-    advantages: Any  # the advantage stage of the estimator's family
-    correction: Any = None  # the rollout correction, or None
-    objective: Any = None  # the update's terms (lmpo.trainer.objective), built with the run

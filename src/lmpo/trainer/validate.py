@@ -1,6 +1,6 @@
 """`TrainConfig.validate`: every name resolves and every number is in range before any
 work, each failure one line that names the key. The checks come in groups, one function
-each; the parts' own hyper-parameters are checked by building them (`TrainConfig.bind`).
+each; the parts' own hyper-parameters are checked by building them (`lmpo.trainer.parts`).
 """
 
 from __future__ import annotations
@@ -8,8 +8,19 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from lmpo.advantages import advantage_meta, list_advantages
 from lmpo.config import ConfigError
+from lmpo.losses import AGG_MODES, KL_KINDS
 from lmpo.registry import nearest
+from lmpo.rewards import SCALES, build_reward
+from lmpo.rewards.multi import fn_name
+from lmpo.rollout import ROLLOUT_DTYPES, list_controllers, list_corrections
+from lmpo.tasks import SAMPLER_KINDS, TASKS
+from lmpo.trainer.greedy import wants_greedy
+from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
+from lmpo.trainer.shadow import build_comparators
+from lmpo.trainer.trackers import check_wandb
+from lmpo.trainer.update import UPDATE_DTYPES
 from lmpo.user_modules import import_user_modules
 
 PROMPT_FORMATS = ("auto", "raw", "chat")
@@ -26,12 +37,10 @@ def validate(cfg) -> None:
                     *setting_checks(cfg)]:
         if not ok:
             raise ConfigError(msg)
-    from lmpo.rewards import build_reward
 
     for spec in (cfg.reward.fn, *cfg.reward.extra):  # an unknown name or function fails now
         build_reward(spec, None)
     check_parts(cfg)
-    from lmpo.trainer.trackers import check_wandb
 
     check_wandb(cfg.log.wandb)
 
@@ -48,9 +57,6 @@ def check_finite(section, prefix: str = "") -> None:
 
 
 def check_names(cfg) -> None:
-    from lmpo.advantages import list_advantages
-    from lmpo.rollout import list_controllers, list_corrections
-
     kind = cfg.rollout.correction.kind
     for key, name, names in (("advantage", cfg.advantage.name, list_advantages()),
                              ("controller", cfg.controller.name, list_controllers()),
@@ -79,9 +85,6 @@ def counts(cfg) -> list[tuple[bool, str]]:
 
 
 def rollout_checks(cfg) -> list[tuple[bool, str]]:
-    from lmpo.rollout import ROLLOUT_DTYPES
-    from lmpo.tasks import SAMPLER_KINDS
-
     r = cfg.rollout
     return [
         (r.batch_size % max(r.group_size, 1) == 0,
@@ -110,9 +113,6 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
 
 
 def optim_checks(cfg) -> list[tuple[bool, str]]:
-    from lmpo.losses import AGG_MODES, KL_KINDS
-    from lmpo.trainer.update import UPDATE_DTYPES
-
     o, kl = cfg.optim, cfg.kl
     return [
         (o.lr > 0, f"optim.lr must be > 0, got {o.lr}"),
@@ -148,11 +148,6 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
 
 
 def setting_checks(cfg) -> list[tuple[bool, str]]:
-    from lmpo.rewards import SCALES
-    from lmpo.rewards.multi import fn_name
-    from lmpo.tasks import TASKS
-    from lmpo.trainer.greedy import wants_greedy
-
     lg = cfg.log
     return [
         (lg.eval_temperature >= 0,
@@ -200,18 +195,19 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
 
 def check_parts(cfg) -> None:
     """Build the parts (their own hyper-parameter checks), then what they ask of the run."""
-    controller = cfg.bind().controller
+
+    build_parts(cfg)
+    build_estimator(cfg)
+    controller = build_controller_of(cfg)
     needs = ("the critic's per-step values" if controller.needs_values else
              "a critic to bootstrap a stop from (stop_value: bootstrap)"
              if getattr(controller, "bootstraps", False) else None)
     if needs and not cfg.actor_critic:
-        from lmpo.advantages import advantage_meta, list_advantages
 
         critics = [n for n in list_advantages() if advantage_meta(n)["needs_critic"]]
         raise ConfigError(f"controller {cfg.controller.name!r} (with these hparams) needs "
                           f"{needs}: set advantage.name to an estimator that trains a critic "
                           f"({', '.join(critics)})")
-    from lmpo.trainer.shadow import build_comparators
 
     build_comparators(cfg)  # a bad comparator part fails now, naming its key
     if cfg.log.shadow_grad_cos and not cfg.log.comparators:

@@ -9,14 +9,13 @@ class registered here with keyword-only hyper-parameters, validated when it is b
 
 from __future__ import annotations
 
-from lmpo.registry import Registry
+from lmpo.registry import DEFAULT_CONTROLLER, Registry  # noqa: F401 (re-exported)
 
 CONTROLLERS = Registry("rollout controller", defaults={
     "diagnostics": (), "engagement": None, "preset_keys": (), "title": "", "source": "",
     "mediates": ("rollout_tokens", "update_share"),  # what stopping changes by design
     "summary": "", "example": {}})  # example: hparams that make a valid instance
 CONTEXT = ("total_steps", "seed", "failure_reward", "reward_range")
-DEFAULT_CONTROLLER = "none"  # stops nothing
 
 
 def controller_hparams(name: str) -> dict:
