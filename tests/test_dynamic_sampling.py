@@ -50,7 +50,7 @@ def test_refill_keeps_whole_varied_groups_in_order_and_counts_every_token():
                  drawn(2, [0, 1, 1, 1, 1, 0, 0, 1], resp_w=2)])  # 0, 2, 3 vary: one surplus
     batch, m = refill(first, lambda: next(more), group=G, max_batches=5, pad_token_id=PAD)
     assert len(batch.problems) == 24  # every generated sample: the population
-    kept = batch.keep.nonzero().flatten()
+    kept = batch.chosen.nonzero().flatten()
     assert [batch.problems[i] for i in kept] == ["p0-2", "p0-3", "p0-6", "p0-7", "p2-0",
                                                  "p2-1", "p2-4", "p2-5"]
     assert [batch.scored[i] for i in kept] == [0, 1, 1, 0, 0, 1, 1, 0]
@@ -75,11 +75,11 @@ def test_refill_stops_after_max_batches_with_what_it_has():
     more = iter([drawn(1, [1, 1, 1, 0])])
     batch, m = refill(drawn(0, [0, 0, 0, 1]), lambda: next(more), group=2, max_batches=2,
                       pad_token_id=PAD)
-    assert [batch.problems[i] for i in batch.keep.nonzero().flatten()] == [
+    assert [batch.problems[i] for i in batch.chosen.nonzero().flatten()] == [
         "p0-2", "p0-3", "p1-2", "p1-3"] and m["data/gen_batches"] == 2
     flat, m = refill(drawn(0, [0, 0, 1, 1]), lambda: drawn(1, [1, 1, 0, 0]), group=2,
                      max_batches=3, pad_token_id=PAD)
-    assert len(flat.problems) == 12 and not flat.keep.any()  # nothing varied: nothing kept
+    assert len(flat.problems) == 12 and not flat.chosen.any()  # nothing varied: nothing kept
     assert flat.rollout.num_generated == 3 * drawn(0, [0] * 4).rollout.num_generated
     assert m["data/groups_dropped"] == 6.0
 

@@ -2,7 +2,7 @@
 
 A filter is a component of the run (`build_filter`) with two calls: `collect(draw)`
 runs the generation rounds of one step (one `draw()`, or more to refill what it drops)
-and returns every sample they generated, and `keep(scored)` names the samples that take
+and returns every sample they generated, and `select(scored)` names the samples that take
 part in the update, each call with its own metrics. Metrics that arms compare are computed
 over every generated sample (the same population in every arm); the update trains on the
 kept ones. `KeepAll` keeps everything. `VariedGroups` is dynamic sampling
@@ -31,14 +31,14 @@ from lmpo.rollout.types import Rollout
 class Drawn:
     """A step's generated samples: the problems (G copies each), rollout and scores, of
     one generation round or of every round a refill ran (the whole population: metrics that
-    arms compare cover it). `keep` marks the rows a refill chose for the update (None: the
-    filter decides in `keep`)."""
+    arms compare cover it). `chosen` marks the rows a refill chose for the update (None: the
+    filter's `select` decides)."""
     problems: list
     rollout: Rollout
     scored: list[float | None]
-    hits: list[bool]
+    correct: list[bool]  # exact correctness of every drawn sample
     scorer_errors: int
-    keep: torch.Tensor | None = None  # [B] bool
+    chosen: torch.Tensor | None = None  # [B] bool
 
 
 def varied_groups(scored: list[float | None], group: int) -> list[int]:
@@ -56,7 +56,7 @@ def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: 
            pad_token_id: int) -> tuple[Drawn, dict]:
     """Draw rounds until the varied groups of `first` and the further `draw()` rounds fill
     the batch's number of groups or `max_batches` rounds have run. Returns every round's
-    samples as one (the population), with `keep` marking the first `batch_size / G` varied
+    samples as one (the population), with `chosen` marking the first `batch_size / G` varied
     groups in the order drawn, and the metrics: reward and accuracy over *every* generated
     sample (the policy's, not the filtered batch's)."""
     want = len(first.problems) // group
@@ -71,22 +71,22 @@ def refill(first: Drawn, draw: Callable[[], Drawn], *, group: int, max_batches: 
         rounds.append(draw())
     unused = max(0, len(kept) - want)
     offsets = [sum(len(d.scored) for d in rounds[:r]) for r in range(len(rounds))]
-    keep = torch.zeros(offsets[-1] + len(rounds[-1].scored), dtype=torch.bool)
+    chosen = torch.zeros(offsets[-1] + len(rounds[-1].scored), dtype=torch.bool)
     for r, q in kept[:want]:
-        keep[offsets[r] + q * group: offsets[r] + (q + 1) * group] = True
+        chosen[offsets[r] + q * group: offsets[r] + (q + 1) * group] = True
     every = [s for d in rounds for s in d.scored if s is not None]
-    hits = [h for d in rounds for h in d.hits]
+    correct = [h for d in rounds for h in d.correct]
     metrics = {"data/gen_batches": float(len(rounds)), "data/groups_dropped": float(dropped),
                "data/groups_unused": float(unused),
                "reward/mean": sum(every) / len(every) if every else 0.0,
                "reward/std": statistics.stdev(every) if len(every) > 1 else 0.0,
-               "reward/accuracy": sum(hits) / len(hits)}
+               "reward/accuracy": sum(correct) / len(correct)}
     generated = sum(d.rollout.num_generated for d in rounds)
     population = Drawn(
         problems=[p for d in rounds for p in d.problems],
         rollout=concat([d.rollout for d in rounds], pad_token_id, generated),
-        scored=[s for d in rounds for s in d.scored], hits=hits,
-        scorer_errors=sum(d.scorer_errors for d in rounds), keep=keep)
+        scored=[s for d in rounds for s in d.scored], correct=correct,
+        scorer_errors=sum(d.scorer_errors for d in rounds), chosen=chosen)
     return population, metrics
 
 
@@ -124,7 +124,7 @@ class KeepAll:
     def collect(self, draw: Callable[[], Drawn]) -> tuple[Drawn, dict]:
         return draw(), {}
 
-    def keep(self, scored) -> tuple[torch.Tensor, dict]:
+    def select(self, scored) -> tuple[torch.Tensor, dict]:
         return torch.arange(len(scored.scores)), {}
 
 
@@ -144,12 +144,12 @@ class VariedGroups:
         return refill(first, draw, group=self.group, max_batches=self.max_batches,
                       pad_token_id=self.pad_token_id)
 
-    def keep(self, scored) -> tuple[torch.Tensor, dict]:
+    def select(self, scored) -> tuple[torch.Tensor, dict]:
         """The varied groups (of those a refill chose, if it ran); a refill's own
         data/groups_dropped count wins over this one."""
         keep, dropped = nonzero_variance_groups(scored.scores, scored.group_ids)
-        if scored.keep is not None:
-            keep = keep[scored.keep[keep]]
+        if scored.chosen is not None:
+            keep = keep[scored.chosen[keep]]
         return keep, {"data/groups_dropped": float(dropped)}
 
 

@@ -101,13 +101,14 @@ def train_step(step: int, run: Run) -> dict:
     row: dict = {"step": step, "data/reward_none": float(scored.unscored)}
     if not len(scored.scores):  # nothing to learn from: no update, the step is still logged
         state.counters.tokens += scored.rollout.num_generated
-        return row | {"reward/mean": 0.0, "reward/accuracy": float(scored.correct.mean()),
+        return row | {"reward/mean": 0.0,
+                      "reward/accuracy": float(scored.generated_correct.mean()),
                       "tokens/generated": float(scored.rollout.num_generated),
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
     batch, anchors = training_batch(step, cfg, state, scored, rt.device,
                                     differs=rt.rollout_model.differs, correction=parts.correction)
-    batch.keep, kept = rt.filter.keep(scored)
+    batch.keep, kept = rt.filter.select(scored)
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages
     row |= parts.advantages(state, batch, scored, cfg) | update_advantage_size(batch)

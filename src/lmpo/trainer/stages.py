@@ -68,7 +68,7 @@ def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict
                              pad_token_id=rt.tokenizer.pad_token_id,
                              generator=state.rngs["sample"], value_fn=values, stopper=controller)
         clock.generation += time.perf_counter() - t0
-        scored, hits, errors = score_rollout(rt.reward, problems, rollout.texts(rt.tokenizer),
+        scored, correct, errors = score_rollout(rt.reward, problems, rollout.texts(rt.tokenizer),
                                              rollout.stop_reason,
                                              stop_score=controller.stop_score,
                                              on_error=cfg.scorer_errors)
@@ -78,7 +78,7 @@ def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict
                 scored, rollout = add_greedy_baselines(rt.rollout_model(weights), rt, cfg,
                                                        problems, scored, rollout)
             clock.generation += time.perf_counter() - t0
-        return Drawn(problems, rollout, scored, hits, errors)
+        return Drawn(problems, rollout, scored, correct, errors)
 
     drawn, filter_metrics = rt.filter.collect(draw)
     clock.mark("scored")
@@ -100,12 +100,12 @@ class Scored:
     rollout: Rollout
     scores: torch.Tensor  # [B'] float32
     group_ids: torch.Tensor  # [B']
-    correct: torch.Tensor  # [B] exact correctness of every generated sample
-    hits: torch.Tensor  # [B'] exact correctness of the scored samples (the update's rows)
+    generated_correct: torch.Tensor  # [B] exact correctness of every generated sample
+    correct: torch.Tensor  # [B'] exact correctness of the scored samples (the update's rows)
     scorer_errors: int
     unscored: int
     generated: int  # samples generated (scored or not): update_share's denominator
-    keep: torch.Tensor | None = None  # [B'] bool: the rows a refill chose for the update
+    chosen: torch.Tensor | None = None  # [B'] bool: the rows a refill chose for the update
     parts: torch.Tensor | None = None  # [B', K] float64 each reward function's score
     part_weights: torch.Tensor | None = None  # [K] float64 their weights
     baselines: torch.Tensor | None = None  # [B'] float64 greedy-response scores
@@ -117,18 +117,18 @@ def usable(drawn: Drawn, group: int) -> Scored:
     group_ids = torch.arange(len(drawn.problems)) // group
     used = torch.tensor([i for i, s in enumerate(drawn.scored) if s is not None],
                         dtype=torch.long)
-    rollout, problems, keep = drawn.rollout, drawn.problems, drawn.keep
+    rollout, problems, chosen = drawn.rollout, drawn.problems, drawn.chosen
     if 0 < len(used) < len(drawn.scored):
         rollout, group_ids = rollout.select(used), group_ids[used]
         problems = [problems[i] for i in used.tolist()]
-        keep = None if keep is None else keep[used]
-    correct = torch.tensor([float(ok) for ok in drawn.hits])
+        chosen = None if chosen is None else chosen[used]
+    correct = torch.tensor([float(ok) for ok in drawn.correct])
     kept = [s for s in drawn.scored if s is not None]
     parts, weights = score_parts(kept)
     baselines = [getattr(s, "baseline", None) for s in kept]
     return Scored(problems, rollout, torch.tensor(kept, dtype=torch.float32),
                   group_ids, correct, correct[used] if len(used) else correct[:0],
-                  drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), keep,
+                  drawn.scorer_errors, len(drawn.scored) - len(used), len(drawn.scored), chosen,
                   parts=parts, part_weights=weights,
                   baselines=None if None in baselines
                   else torch.tensor(baselines, dtype=torch.float64))
@@ -174,7 +174,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=None if fixed is None else fixed.mask,
-                      correct=scored.hits.to(device)), row
+                      correct=scored.correct.to(device)), row
 
 
 def diagnostic_step(step: int, cfg) -> bool:
@@ -226,7 +226,7 @@ def step_metrics(state, scored: Scored, lr: float) -> dict:
             "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
             "reward/min": float(scores.min()) if len(scores) else 0.0,
             "reward/max": float(scores.max()) if len(scores) else 0.0,
-            "reward/accuracy": float(scored.correct.mean()),
+            "reward/accuracy": float(scored.generated_correct.mean()),
             "tokens/generated": float(generated),
             "tokens/cumulative": float(state.counters.tokens),
             "response/length_mean": float(scored.rollout.lengths.float().mean()),
