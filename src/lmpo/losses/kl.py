@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-KL_KINDS = ("k1", "k2", "k3")
+from lmpo.choices import KL_KINDS
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:

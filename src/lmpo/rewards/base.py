@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 
+from lmpo.choices import REWARD_SCALES
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.tasks.base import ANSWER_MARK
 
@@ -85,7 +86,8 @@ REWARD_FNS: dict[str, Callable[[], Callable]] = {
     "answer_format": lambda: _per_sample(answer_format),
 }
 BUILTIN = ("task", *REWARD_FNS)
-SCALES = {"none": lambda s: s, "pm1": lambda s: 2.0 * s - 1.0}
+# the reward scales a config may name (lmpo.choices), in that order
+SCALES = dict(zip(REWARD_SCALES, (lambda s: s, lambda s: 2.0 * s - 1.0), strict=True))
 
 
 def reward_range(cfg) -> tuple[float | None, float | None, float | None]:

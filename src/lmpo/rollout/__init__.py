@@ -2,6 +2,7 @@
 rollout controllers that may stop a sequence early (ESPO, variant F), the model that
 samples (precision, staleness) and the corrections for its mismatch with the update."""
 
+from lmpo.choices import ROLLOUT_DTYPES
 from lmpo.models.forward import IncrementalValues
 from lmpo.rollout.controllers import (
     CONTROLLERS,
@@ -20,7 +21,7 @@ from lmpo.rollout.corrections import (
     get_correction,
     list_corrections,
 )
-from lmpo.rollout.precision import ROLLOUT_DTYPES, RolloutModel
+from lmpo.rollout.precision import RolloutModel
 from lmpo.rollout.sampler import left_pad, sample, sampling_mode
 from lmpo.rollout.types import STOP_REASONS, Rollout
 

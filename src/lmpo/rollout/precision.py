@@ -32,7 +32,6 @@ import copy
 import torch
 from torch import nn
 
-ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp4_e2m1")
 QUANTISED = ("fp8_e4m3", "fp4_e2m1")  # the dtypes that quantise the decoder's linears
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448

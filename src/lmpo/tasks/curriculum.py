@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import random
 
+from lmpo.choices import SAMPLER_KINDS as KINDS
 from lmpo.registry import nearest
 from lmpo.tasks.base import Problem
-
-KINDS = ("shuffled", "clustered", "easy_to_hard")
 
 
 class Sampler:

@@ -1,8 +1,10 @@
 """`lmpo train` configuration: nested dataclasses, every field documented.
 
-The shipped presets (`lmpo presets`) set each method's choices; `bind` builds the parts a
-config names (loss, estimator, rollout controller, post-update diagnostics) and
-`validate` (`lmpo.trainer.validate`) fails on any bad value before work starts.
+The shipped presets (`lmpo presets`) set each method's choices. The config is data: a
+field that takes a number or a name declares its domain (`dom`; the names themselves in
+`lmpo.choices`), `validate` (`lmpo.trainer.validate`) checks the domains and the joint
+rules before work starts, and the trainer builds the parts it names
+(`lmpo.trainer.parts`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lmpo.choices import (
+    CRITIC_INITS,
+    DEVICES,
+    KL_KINDS,
+    KL_MODES,
+    OLD_LOGP,
+    PROMPT_FORMATS,
+    REWARD_SCALES,
+    ROLLOUT_DTYPES,
+    SAMPLER_KINDS,
+    SCORER_ERRORS,
+    UPDATE_DTYPES,
+    one_of,
+)
 from lmpo.config import flat_config
 from lmpo.legacy import replaced
+from lmpo.masked import AGG_MODES
 from lmpo.registry import DEFAULT_CONTROLLER, DEFAULT_ESTIMATOR, DEFAULT_LOSS
 from lmpo.trainer.parts import needs_critic
 from lmpo.trainer.testbed_keys import check_testbed_keys
 from lmpo.trainer.validate import validate
+
+
+def dom(default, domain: str):
+    """A field with its domain (`lmpo.domains` syntax), checked by validation
+    (`lmpo.trainer.validate.check_domains`) with one line naming the key."""
+    return field(default=default, metadata={"domain": domain})
 
 
 @dataclass
@@ -33,25 +56,25 @@ class CorrectionConfig:
 
 @dataclass
 class RolloutConfig:
-    batch_size: int = 64
+    batch_size: int = dom(64, "int [1, inf)")
     """Sequences per step (prompts_per_step * group_size)."""
-    group_size: int = 4
+    group_size: int = dom(4, "int [1, inf)")
     """Responses per prompt (G). Must divide batch_size."""
-    max_new_tokens: int = 24
-    temperature: float = 1.0
-    sampler: str = "shuffled"
+    max_new_tokens: int = dom(24, "int [1, inf)")
+    temperature: float = dom(1.0, "(0, inf)")
+    sampler: str = dom("shuffled", one_of(SAMPLER_KINDS))
     """Prompt order: shuffled | clustered | easy_to_hard (curriculum)."""
-    pool_size: int = 4096
+    pool_size: int = dom(4096, "int [1, inf)")
     """Training problems drawn once from the task; the sampler cycles through them."""
     clusters: list[str] | None = None
     """Train on these tiers only (None = all); evaluation always covers every tier."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (counted in data/groups_dropped): the batch
     filter `lmpo.trainer.filters.VariedGroups`. Group family only."""
-    max_gen_batches: int = 1
+    max_gen_batches: int = dom(1, "int [1, inf)")
     """With dynamic_sampling: generation rounds per step to refill the batch with varied
     groups (over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
-    dtype: str = "float32"
+    dtype: str = dom("float32", one_of(ROLLOUT_DTYPES))
     """float32 | bfloat16 | float16 | fp8_e4m3 | fp4_e2m1: sample with a copy of the policy
     in this precision (the update stays float32): a training-inference mismatch, as
     low-precision inference engines create. fp8_e4m3 simulates an FP8 engine: e4m3 weights
@@ -62,11 +85,11 @@ class RolloutConfig:
     """fp8_e4m3 and fp4_e2m1: also quantise the input of every quantised linear layer, per
     token (W8A8 / W4A4, as FP8 and NVFP4 serving do); false = weights only (W8A16 /
     W4A16)."""
-    staleness: int = 0
+    staleness: int = dom(0, "int [0, inf)")
     """k: sample with the policy as it was k training steps earlier (an asynchronous
     engine's lag), behaviour log-probs from that policy; 0 = on-policy sampling
     (lmpo.trainer.history)."""
-    old_logp: str = "rollout"
+    old_logp: str = dom("rollout", one_of(OLD_LOGP))
     """Which log-probs anchor the ratio: rollout (recorded while sampling) | recompute (a
     float32 pass before the first update). rollout/logp_mismatch (mean and _p99 over
     tokens) is logged on every step that has both: with recompute, a low-precision or
@@ -87,9 +110,9 @@ class RewardConfig:
     trained once and cached) whose score is the reward; logs reward/rm_mean."""
     normalize: bool = False
     """With `model`: divide out the running mean and std of every score seen in training."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = dom(64, "int [1, inf)")
     """With `model`: sequences per reward-model forward pass."""
-    scale: str = "none"
+    scale: str = dom("none", one_of(REWARD_SCALES))
     """none | pm1: map the checker's scores s in [0, 1] to 2s - 1 ({0, 1} -> {-1, +1}, as
     CE-GPPO's and DPPO's scripts score); not for a reward model's scores."""
     extra: list[str] = field(default_factory=list)
@@ -105,11 +128,11 @@ class RewardConfig:
 
 @dataclass
 class LoRAConfig:
-    r: int = 0
+    r: int = dom(0, "int [0, inf)")
     """Adapter rank; 0 = full fine-tuning. With r > 0 the reference policy is the base model
     with the adapters disabled (no second copy)."""
-    alpha: float = 16.0
-    dropout: float = 0.0
+    alpha: float = dom(16.0, "(0, inf)")
+    dropout: float = dom(0.0, "[0, 1)")
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
@@ -119,17 +142,17 @@ class LossConfig:
     name: str = DEFAULT_LOSS
     """Any name from lmpo.losses.list_losses()."""
     hparams: dict[str, Any] = field(default_factory=dict)
-    agg: str | None = None
+    agg: str | None = dom(None, one_of(AGG_MODES) + " | None")
     """Aggregation mode; None = the method's default (lmpo.losses.default_aggregation)."""
-    nll_coef: float = 0.0
+    nll_coef: float = dom(0.0, "[0, inf)")
     """Add nll_coef x the NLL of the correct responses (aggregated as the loss is, over
     their tokens), for any loss: CE-GPPO's scripts' positive_loss_coeff (0.1 there)."""
-    off_policy_mask_threshold: float | None = None
+    off_policy_mask_threshold: float | None = dom(None, "[0, inf) | None")
     """For any loss: leave out of the loss the negative-advantage tokens of a response
     whose mean KL(pi_old || pi) exceeds this (DeepSeek-V3.2's OPSM; TRL's name;
     lmpo.losses.masks). pi_old is the anchor rollout.old_logp names: the sampler's
     log-probs by default. None = off."""
-    top_entropy_quantile: float = 1.0
+    top_entropy_quantile: float = dom(1.0, "(0, 1]")
     """For any loss: train only on the tokens whose entropy is in the top q of the
     minibatch's response tokens (Wang et al. 2025, "Beyond the 80/20 rule": q = 0.2; TRL's
     name). 1.0 = every token."""
@@ -147,11 +170,11 @@ class AdvantageConfig:
 
 @dataclass
 class CriticConfig:
-    lr: float = 1e-3
+    lr: float = dom(1e-3, "(0, inf)")
     value_coef: float = 0.5
     value_clip: float | None = 0.2
     """Clip the new value to old +- value_clip (PPO's clipped value loss); None = off."""
-    init: str = "zero"
+    init: str = dom("zero", one_of(CRITIC_INITS))
     """zero | random: the value head's initial weights (the trunk is always a copy of the
     policy's). zero: V = 0 everywhere at the start; random: torch's default nn.Linear
     initialisation, drawn from the run's seed (as a critic with a fresh head starts in
@@ -160,10 +183,10 @@ class CriticConfig:
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0
+    coef: float = dom(0.0, "[0, inf)")
     """Strength of the KL to the frozen reference policy (0 = no reference model)."""
-    kind: str = "k3"
-    mode: str = "loss"
+    kind: str = dom("k3", one_of(KL_KINDS))
+    mode: str = dom("loss", one_of(KL_MODES))
     """"loss": add coef * KL as a loss term; "reward": subtract coef * k1 from token rewards
     (PPO-style, only for the actor-critic family)."""
     bias_correction: bool = False
@@ -174,16 +197,16 @@ class KLConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-5
+    lr: float = dom(5e-5, "(0, inf)")
     warmup_steps: int = 3
     """Linear learning-rate warm-up, then constant."""
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    epochs: int = 1
+    weight_decay: float = dom(0.0, "[0, inf)")
+    grad_clip: float = dom(1.0, "(0, inf)")
+    epochs: int = dom(1, "int [1, inf)")
     """K: passes over each rollout batch."""
-    minibatches: int = 1
+    minibatches: int = dom(1, "int [1, inf)")
     """Optimiser steps per epoch (the batch is shuffled and split)."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = dom(64, "int [1, inf)")
     """Sequences per forward/backward; gradients accumulate with global token counts."""
     entropy_coef: float = 0.0
     gradient_checkpointing: bool = False
@@ -191,7 +214,7 @@ class OptimConfig:
     shared_prefix: bool = True
     """Run each distinct prompt of a micro-batch once in the update's forward, its KV cache
     shared by the group's responses (same log-probs and gradients, less work)."""
-    dtype: str = "float32"
+    dtype: str = dom("float32", one_of(UPDATE_DTYPES))
     """float32 | bfloat16: the update's compute precision. bfloat16 runs the forward and
     backward of the policy (and critic) under torch.autocast, as verl's FSDP mixed precision
     trains: matmuls in bfloat16, master weights, gradients and optimiser state float32, and
@@ -213,17 +236,17 @@ class ControllerConfig:
 @dataclass
 class LogConfig:
     replaced_keys: ClassVar[dict[str, str]] = replaced("log")
-    eval_every: int = 10
+    eval_every: int = dom(10, "int [1, inf)")
     """Held-out evaluation every N steps (and before the first and after the last)."""
-    eval_per_tier: int = 100
+    eval_per_tier: int = dom(100, "int [1, inf)")
     """Held-out problems per tier (fewer where a tier has too few distinct problems)."""
-    eval_max_new_tokens: int = 32
-    eval_temperature: float = 0.0
+    eval_max_new_tokens: int = dom(32, "int [1, inf)")
+    eval_temperature: float = dom(0.0, "[0, inf)")
     """0 = greedy; > 0 samples `eval_samples` completions per problem (accuracy = mean@k)."""
-    eval_samples: int = 1
-    checkpoint_every: int = 10
+    eval_samples: int = dom(1, "int [1, inf)")
+    checkpoint_every: int = dom(10, "int [1, inf)")
     keep_checkpoints: int = 2
-    policy_kl_every: int = 5
+    policy_kl_every: int = dom(5, "int [1, inf)")
     """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies (float32,
     before and after the update), the rollout's log-prob mismatch and the post-update
     diag/*_after diagnostics (one extra forward pass over the batch each)."""
@@ -256,23 +279,23 @@ class TrainConfig:
     reasoning-gym dataset as rg:<dataset>, or a path to a JSONL dataset."""
     task_params: dict[str, Any] = field(default_factory=dict)
     """rg:<dataset> only: the dataset's parameters, and optional `tiers` (name -> parameters)."""
-    prompt_format: str = "auto"
+    prompt_format: str = dom("auto", one_of(PROMPT_FORMATS))
     """raw (the prompt text as it is) | chat (the tokenizer's chat template, the problem as
     the user turn) | auto (chat when the policy's tokenizer ships a chat template)."""
     system_prompt: str | None = None
     """chat only: a system turn before the problem (None = the template's own default)."""
-    device: str = "cpu"
+    device: str = dom("cpu", one_of(DEVICES))
     """auto (CUDA when present, else CPU) | cpu | cuda: where the policy, reference, critic
     and every tensor they see live."""
     policy: str = "nano-chain-sum"
     """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
     warm-started on first use, then reused from the user cache: `lmpo.warmstart`)."""
-    steps: int = 40
+    steps: int = dom(40, "int [1, inf)")
     seed: int = 0
-    threads: int = 2
-    max_nonfinite: int = 3
+    threads: int = dom(2, "int [1, inf)")
+    max_nonfinite: int = dom(3, "int [1, inf)")
     """Consecutive non-finite updates tolerated (each is skipped) before the run stops."""
-    scorer_errors: str = "raise"
+    scorer_errors: str = dom("raise", one_of(SCORER_ERRORS))
     """"raise": a scorer exception stops the run; "zero": score 0 and count it."""
     imports: list[str] = field(default_factory=list)
     """Python modules (dotted names) or .py files imported before anything is built, so that

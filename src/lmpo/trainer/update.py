@@ -19,8 +19,6 @@ from lmpo.masked import masked_mean
 from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.objective import Micro, Objective
 
-UPDATE_DTYPES = ("float32", "bfloat16")
-
 
 def autocast(cfg, device: torch.device):
     """The update's precision (optim.dtype): bfloat16 = torch.autocast over the forward and
