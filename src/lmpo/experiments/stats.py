@@ -1,36 +1,21 @@
-"""Statistics over seeds and the rules that turn them into verdicts.
+"""Statistics over seeds: the numbers a claim's label is read from.
 
 Seeds are the unit: each run gives one number per metric (`reduce_metric`). A summary is
-the mean, the std (ddof=1) and a 95% bootstrap CI of the mean. A claim compares arms that
-share seeds, through one number per seed: the paired difference (direction; equivalence),
-the statistic against its bound (threshold: b / a, b - a or a), or, for a spread claim,
-the ratio of the two arms' stds over seeds.
+the mean, the std (ddof=1) and a 95% bootstrap CI of the mean (the per-arm tables only:
+descriptive). A claim compares arms that share seeds, through one number per seed: the
+paired difference (direction; equivalence), the statistic against its bound (threshold:
+b / a, b - a or a), or, for a spread claim, the two arms' stds over the same seeds.
 
-Intervals: with fewer than 10 seeds a paired t interval on the per-seed statistic (a
-percentile bootstrap covers ~75% at n = 3, ~84% at n = 5); from 10 seeds, and for spread
-claims always, the paired percentile bootstrap (seeded numpy, 10,000 resamples of seed
-indices). Verdicts before the audits:
-
-- direction: "holds" (right sign, CI excludes 0), "direction only" (right sign, CI
-  includes 0), "contradicted" (wrong sign, CI excludes 0), "inconclusive".
-- threshold: "holds" (the whole CI passes the bound), "direction only" (the point does),
-  "not met".
-- equivalence: "holds" (the CI lies within +-margin), "contradicted" (the CI lies wholly
-  outside it), "not shown".
-- spread: as direction, around a ratio of 1.
-
-Power: each claim's minimum detectable effect (MDE) at 80% power, from the same per-seed
-standard deviation and alpha (0.05, two-sided): the true effect whose paired t interval
-would exclude 0 (or pass the bound) in 80% of experiments (noncentral t); for equivalence
-the CI's expected half-width; for spread the std ratio an F test would resolve. It is
-compared with the claim's `min_effect` (set before the run; for equivalence, the margin).
-
-Verdict order: "confounded" (a config key outside the claim's `differs_in`, or an
-effective difference it does not `expect`) > "not engaged" (an `engaged` level not
-reached, or its metric not logged) > the verdict above, where "underpowered (MDE x >
-min_effect y)" replaces "direction only", "inconclusive", "not met" and "not shown" (a
-significant result keeps its label). Below 3 seeds: "insufficient seeds". The report also
-gives Holm-adjusted intervals over the experiment's claims.
+Each claim has one test, and its interval is that test's inversion at any seed count:
+the paired t test (direction, threshold), TOST (equivalence: the larger one-sided p
+against -+margin; the interval at 1 - 2 alpha), Pitman-Morgan (spread: the paired test of
+equal variances, and the interval of the std ratio it inverts to). Power: the minimum
+detectable effect (MDE) at 80% power at the labelling level (noncentral t from the
+per-seed sd; for equivalence the interval's expected half-width; for spread the std ratio
+Pitman-Morgan's test resolves, by Fisher's z at the arms' correlation), compared with the
+claim's `min_effect`. The labels, and the order they are decided in:
+`lmpo.experiments.labels`; multiplicity: `lmpo.experiments.multiplicity`; seeds until
+decided: `lmpo.experiments.sequential`.
 """
 
 from __future__ import annotations
@@ -48,7 +33,6 @@ ALPHA = 1 - LEVEL
 POWER = 0.8
 SEED = 0
 MIN_SEEDS = 3
-T_BELOW = 10  # seeds below which direction/threshold/equivalence use a paired t interval
 REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
             "sum")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
