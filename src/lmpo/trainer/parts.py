@@ -69,8 +69,8 @@ def build_parts(cfg, critic=None) -> Parts:
 
 
 def build_estimator(cfg):
-    adv = cfg.advantage
-    return built("advantage", lambda: get_advantage(adv.name, **adv.hparams))
+    est = cfg.advantage
+    return built("advantage", lambda: get_advantage(est.name, **est.hparams))
 
 
 def build_controller_of(cfg):
