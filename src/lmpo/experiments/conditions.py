@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from lmpo.config import flatten
 from lmpo.errors import ConfigError
+from lmpo.experiments.names import check_name
 
 ALL = "all"
 
@@ -41,8 +42,7 @@ def check_conditions(spec, where: str) -> dict:
     out = {}
     for name, level in levels.items():
         at = f"{where}: conditions.levels.{name}"
-        if "@" in str(name) or "/" in str(name):
-            raise ConfigError(f"{at}: a level name may not contain '@' or '/'")
+        check_name(name, "a level", where)
         if not isinstance(level, dict) or "dose" not in level:
             raise ConfigError(f"{at} needs a numeric dose, got {level!r}")
         dose = level["dose"]

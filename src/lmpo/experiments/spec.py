@@ -51,6 +51,7 @@ from lmpo.experiments.conditions import (
 )
 from lmpo.experiments.frontier import check_frontier
 from lmpo.experiments.keys import COMPARATOR_KEY, PER_RUN_KEYS, covered
+from lmpo.experiments.names import check_name
 from lmpo.trainer.train_config import TrainConfig
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
@@ -201,7 +202,9 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     if not isinstance(arms_raw, dict) or len(arms_raw) < 1:
         raise ConfigError(f"{where}: arms must map arm names to {{preset, overrides}}")
     arms = []
+    check_name(data.get("name", name), "the experiment", where)
     for arm_name, spec in arms_raw.items():
+        check_name(arm_name, "an arm", where)
         if not isinstance(spec, dict) or "preset" not in spec or \
                 set(spec) - {"preset", "overrides", "levels"}:
             raise ConfigError(f"{where}: arm {arm_name!r} must be {{preset: NAME, overrides: "
@@ -250,8 +253,6 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
         if clash:
             raise ConfigError(f"{where}: arm {arm.name!r} sets {', '.join(clash)}, which the "
                               "condition levels set for every arm")
-        if "@" in arm.name:
-            raise ConfigError(f"{where}: an arm name may not contain '@' (it joins a level)")
         names = level_names(exp.conditions)
         if arm.levels is not None and not (
                 names and isinstance(arm.levels, list) and arm.levels

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -63,8 +64,27 @@ class Launch:
         """The shell command; `entrypoint` starts verl's trainer (written as given)."""
         parts = [f"{k}={hydra_value(v)}" for k, v in self.settings.items()]
         log = [f"VERL_FILE_LOGGER_PATH={shlex.quote(self.log)}"] if self.log else []
-        return " ".join(log + [entrypoint] + [p if p.startswith(("$", "+")) or "$" in p
-                                               else shlex.quote(p) for p in parts])
+        return " ".join(log + [entrypoint] + [shell_word(p) for p in parts])
+
+
+PLACEHOLDER = re.compile(r"\$(MODEL_PATH|GPUS_PER_NODE|NNODES|MICRO_BATCH|DATA)\b")
+
+
+def shell_word(word: str) -> str:
+    """`word` as one shell word that the shell passes on literally, but for the resource
+    placeholders lmpo writes ($MODEL_PATH, $DATA, ...), which it expands: every other
+    character (a `$(...)`, a backtick, a quote, a space in an arm or task name) is quoted
+    (`shlex.quote`)."""
+    out, at = [], 0
+    for m in PLACEHOLDER.finditer(word):
+        if m.start() > at:
+            out.append(shlex.quote(word[at:m.start()]))
+        out.append(f"${m.group(1)}" if m.end() == len(word) or not
+                   re.match(r"\w", word[m.end()]) else f"${{{m.group(1)}}}")
+        at = m.end()
+    if at < len(word) or not out:
+        out.append(shlex.quote(word[at:]))
+    return "".join(out)
 
 
 def hydra_value(v) -> str:
@@ -245,7 +265,8 @@ def verl_lines(exp, config_path: str, out=None,
             continue
         exported.add(run.data)
         lines.append(f"lmpo export-data --experiment {shlex.quote(config_path)} --arm "
-                     f"{shlex.quote(run.arm)} --seed {run.seed} --out $DATA/{run.data}")
+                     f"{shlex.quote(run.arm)} --seed {run.seed} --out "
+                     f"{shell_word('$DATA/' + run.data)}")
     refused_arms = {}
     for run in runs:
         if run.refused:
