@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lmpo.errors import ConfigError, LmpoError
-from lmpo.experiments.verl_launch import ENTRYPOINT, launch, write_plan
+from lmpo.experiments.verl_launch import ENTRYPOINT, launch, shell_word, write_plan
 from lmpo.locks import directory_lock
 
 USER_VARS = ("MODEL_PATH", "GPUS_PER_NODE", "NNODES", "MICRO_BATCH", "DATA")
@@ -76,10 +76,10 @@ def plan_jobs(exp, config_path: str, out: Path, entrypoint: str) -> tuple[list[J
     jobs = []
     for run in (r for r in runs if not r.refused):
         if run.data not in exports:
-            folder = f"$DATA/{run.data}"
-            export = (f'test -f "{folder}/reward.py" || lmpo export-data --experiment '
-                      f"{shlex.quote(config)} --arm {shlex.quote(run.arm)} --seed {run.seed} "
-                      f'--out "{folder}"')
+            folder = f"$DATA/{run.data}"  # each word quoted but $DATA (shell_word)
+            export = (f"test -f {shell_word(folder + '/reward.py')} || lmpo export-data "
+                      f"--experiment {shlex.quote(config)} --arm {shlex.quote(run.arm)} "
+                      f"--seed {run.seed} --out {shell_word(folder)}")
             exports[run.data] = Job(f"export {run.data}", export,
                                     str(out / "exports" / f"{run.data}.log"))
         jobs.append(Job(f"{run.arm}/seed{run.seed}", run.command(entrypoint),
