@@ -20,8 +20,8 @@ SRC = ROOT / "src" / "lmpo"
 
 # Every top-level module or package of lmpo, lowest first: a module may import only
 # those before it (and itself). Data flows down, nothing flows back up.
-LAYERS = ["__init__", "errors", "extras", "domains", "choices", "registry", "masked", "logprobs",
-          "welford",
+LAYERS = ["__init__", "errors", "yamlfile", "extras", "domains", "choices", "registry", "masked",
+          "logprobs", "welford",
           "faults", "locks", "user_modules", "cache", "presets", "config", "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
           "reward_model_training", "trainer", "methods", "experiments", "integrations",

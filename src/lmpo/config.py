@@ -27,6 +27,7 @@ import yaml
 from lmpo import presets
 from lmpo.errors import ConfigError
 from lmpo.registry import nearest
+from lmpo.yamlfile import parse_yaml, read_yaml_file
 
 __all__ = ["ConfigError", "apply_override", "build", "flat_config", "flatten", "load_config",
            "merge", "merged", "own_keys", "read_layers", "read_yaml", "save_config", "to_dict"]
@@ -110,7 +111,7 @@ def apply_override(data: dict, assignment: str, cls) -> None:
         if types_ is not None and key not in types_:
             raise unknown_key(tp, key, ".".join(keys[:i + 1]), types_)
         if i == len(keys) - 1:
-            node[key] = yaml.safe_load(raw) if raw.strip() else ""
+            node[key] = parse_yaml(raw, f"override {assignment!r}") if raw.strip() else ""
         else:
             node = node.setdefault(key, {})
             tp = types_[key] if types_ is not None else dict
@@ -154,7 +155,7 @@ def read_layers(path: str | Path, kind: str = "train", _chain: tuple[Path, ...] 
     """The files of a config's `extends:` chain (a file, or a preset name of `kind`), each
     with its own mapping, the root first."""
     path = presets.resolve(path, kind)
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml_file(path, what="config file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     parent = data.pop("extends", None)

@@ -37,6 +37,7 @@ from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.trainer.checkpoint import read_rows
+from lmpo.yamlfile import read_yaml_file
 
 # report.json's layout (docs/experiments.md); 1: before engagement; 2: before the step-down
 SCHEMA_VERSION = 3
@@ -112,7 +113,8 @@ def collect(root: Path) -> dict:
     saved = root / "experiment.yaml"
     if not saved.exists():
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
-    exp = parse_experiment(withdraw_sourceless(yaml.safe_load(saved.read_text())), root.name,
+    exp = parse_experiment(withdraw_sourceless(read_yaml_file(saved, what="saved experiment")),
+                           root.name,
                            str(saved)).expand()
     if exp.design:  # seeds until decided: the looks this directory has started
         from lmpo.experiments.sequential import taken_seeds

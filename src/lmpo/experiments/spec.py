@@ -36,8 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from lmpo import presets
 from lmpo.config import build, flat_config, flatten, merge, own_keys, read_layers, read_yaml
 from lmpo.errors import ConfigError
@@ -53,6 +51,7 @@ from lmpo.experiments.frontier import check_frontier
 from lmpo.experiments.keys import COMPARATOR_KEY, PER_RUN_KEYS, covered
 from lmpo.experiments.names import check_name
 from lmpo.trainer.train_config import TrainConfig
+from lmpo.yamlfile import read_yaml_file
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
@@ -299,7 +298,7 @@ def check_sequential(value, claims: list, where: str, conditions=None) -> dict |
 def load_experiment(spec: str | Path) -> Experiment:
     """An experiment by preset name (`lmpo presets`) or file path."""
     path = presets.resolve(spec, "experiment")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml_file(path, what="experiment file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     exp = parse_experiment(data, path.stem, str(path))

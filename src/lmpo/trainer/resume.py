@@ -19,6 +19,7 @@ from lmpo.legacy import upgrade_saved
 from lmpo.losses import loss_hparams
 from lmpo.rollout import controller_hparams
 from lmpo.trainer.train_config import TrainConfig
+from lmpo.yamlfile import read_yaml_file
 
 EXEMPT = ("steps", "threads", "log")
 
@@ -82,5 +83,5 @@ def load_run_config(path: Path):
     """The TrainConfig a run directory's config.yaml holds (upgraded if an earlier lmpo
     wrote it)."""
 
-    return build(TrainConfig, upgrade_saved(yaml.safe_load(Path(path).read_text()) or {}))
+    return build(TrainConfig, upgrade_saved(read_yaml_file(path, what="saved run config")))
 
