@@ -5,10 +5,11 @@
     loss = aggregate(loss_tok, mask, "token-mean", num_tokens=global_tokens)
 """
 
+import functools
 import importlib
 import pkgutil
 
-from lmpo.losses.base import OR_MARGIN, displacement_metrics
+from lmpo.losses.base import OR_MARGIN, check_inputs, displacement_metrics
 from lmpo.losses.kl import KL_KINDS, kl_penalty
 from lmpo.losses.masks import off_policy_sequence_mask
 from lmpo.losses.registry import LOSSES
@@ -39,9 +40,19 @@ def peer_hparams(name: str, peer: str, lookup) -> dict:
     return out
 
 
-def get_loss(name: str, **hparams):
-    """Loss `name` with `hparams` bound: `fn(logp, old_logp, adv, mask) -> (loss_tok, metrics)`."""
-    return LOSSES.get(name, **hparams)
+def get_loss(name: str, validate: bool = False, **hparams):
+    """Loss `name` with `hparams` bound: `fn(logp, old_logp, adv, mask) -> (loss_tok, metrics)`.
+    `validate=True` checks every call's inputs first (`check_inputs`: non-finite values on
+    valid tokens, a mask outside {0, 1}, non-float tensors), one clear error each."""
+    fn = LOSSES.get(name, **hparams)
+    if not validate:
+        return fn
+
+    def checked(logp, old_logp, adv, mask):
+        check_inputs(logp, old_logp, adv, mask)
+        return fn(logp, old_logp, adv, mask)
+
+    return functools.update_wrapper(checked, fn)
 
 
 def list_losses() -> list[str]:
@@ -59,7 +70,7 @@ def default_aggregation(name: str) -> str:
 
 
 __all__ = [
-    "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "default_aggregation",
+    "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "check_inputs", "default_aggregation",
     "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams", "loss_meta",
     "off_policy_sequence_mask", "peer_hparams",
     "value_loss",

@@ -77,6 +77,32 @@ def prepare(logp, old_logp, adv, mask) -> LossInputs:
     return LossInputs(logp, old_logp, adv, valid, rho, torch.exp(rho))
 
 
+def check_inputs(logp, old_logp, adv, mask) -> None:
+    """The opt-in check for library users (`get_loss(name, validate=True)`): on top of the
+    shapes every loss checks (`prepare`), one ValueError naming the input and the first
+    offending index for a non-finite log-prob or advantage on a valid token (a -inf
+    old log-prob gives a loss of 1e5-1e6, a NaN advantage a finite loss), a mask value
+    outside {0, 1}, and log-probs and advantages that are not floating point. Off in the
+    trainer's hot path: the trainer's inputs come from its own passes."""
+    prepare(logp, old_logp, adv, mask)  # types and shapes, with their own messages
+    bad = ~((mask == 0) | (mask == 1))
+    if bad.any():
+        i = tuple(int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"mask must hold 0 and 1 only, got {float(mask[i])} at index {i}")
+    for name, t in (("logp", logp), ("old_logp", old_logp), ("adv", adv)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    valid = mask.bool()
+    adv_full = adv[:, None].expand_as(logp) if adv.dim() == 1 else adv
+    for name, t in (("logp", logp), ("old_logp", old_logp), ("adv", adv_full)):
+        wrong = valid & ~torch.isfinite(t.detach())
+        if wrong.any():
+            i = tuple(int(x) for x in wrong.nonzero()[0])
+            raise ValueError(f"{name} is not finite on a valid token: {float(t[i])} at index "
+                             f"{i}" + (" (index [b] of adv [B])" if name == "adv"
+                                       and adv.dim() == 1 else ""))
+
+
 def displacement_metrics(rho: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                          alpha: float = OR_MARGIN) -> dict[str, float]:
     """Where an update has moved the sampled tokens, comparable across every ratio loss.
