@@ -36,15 +36,9 @@ def machine_key() -> str:
     """What bit-identical float results depend on: the CPU, torch, the thread count."""
     import torch
 
-    model = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()} | {model} | torch {torch.__version__}"
+    from lmpo.experiments.report import cpu_model
+
+    return f"{platform.machine()} | {cpu_model()} | torch {torch.__version__}"
 
 
 def plain(rows: list[dict]) -> list[dict]:

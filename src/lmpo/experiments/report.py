@@ -81,16 +81,19 @@ def git_commit() -> str:
                                                       str(here.parent)) else "")
 
 
-def machine() -> str:
-    model = platform.processor() or "cpu"
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{platform.machine()}, {model}, {os.cpu_count()} cores, Python " \
+    return platform.processor() or "cpu"
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {cpu_model()}, {os.cpu_count()} cores, Python " \
            f"{platform.python_version()}"
 
 
