@@ -193,12 +193,12 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
                 lv: {"dose": d} | ({"rollout": {"staleness": int(d)}} if d else {})
                 for lv, d in DOSES.items()}},
             "claims": [
-                {"kind": "direction", "metric": "m", "reduce": "last_k", "k": 2,
+                {"kind": "direction", "metric": "reward/mean", "reduce": "last_k", "k": 2,
                  "arms": ["a", "b"], "expect": "greater", "sentence": "a above b",
                  "at": "L0", "min_effect": 0.05},
-                {"kind": "dose_response", "metric": "m", "reduce": "last_k", "k": 2,
+                {"kind": "dose_response", "metric": "reward/mean", "reduce": "last_k", "k": 2,
                  "arms": ["a", "b"], "expect": "greater", "sentence": "the gap grows",
-                 "min_effect": 0.1, "x": "x"}]}
+                 "min_effect": 0.1, "x": "rollout/logp_mismatch"}]}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     out = tmp_path / "sweep"
@@ -209,7 +209,8 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
         arm, level = run.arm.split("@")
         dose = DOSES[level]
         value = 1.0 + (0.1 * dose + NOISE[run.seed] if arm == "a" else 0.0)
-        rows = [{"step": t, "m": value, "x": 0.5 * dose} for t in (1, 2, 3)]
+        rows = [{"step": t, "reward/mean": value, "rollout/logp_mismatch": 0.5 * dose}
+                for t in (1, 2, 3)]
         if arm == "a":
             for r in rows:
                 r["shadow/b/weight_tv"] = 0.0005 if dose == 0 else 0.05 * dose

@@ -165,7 +165,7 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
                             "min": 0.99, "source": "a test's level"}]},
               {"kind": "direction", "metric": "reward/mean", "arms": ["cegppo", "grpo"],
                "expect": "greater", "sentence": "never logged", "expects": every,
-               "engaged": [{"arm": "grpo", "metric": "no/such", "min": 0.1,
+               "engaged": [{"arm": "grpo", "metric": "data/groups_dropped", "min": 0.1,
                             "source": "a test's level"}]},
               {"kind": "direction", "metric": "reward/mean", "arms": ["cegppo", "grpo"],
                "expect": "greater", "sentence": "clean", "expects": every,
@@ -186,7 +186,7 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
     judged = numbers(tmp_path / "clean")["claims"]
     assert (judged[1]["verdict"], judged[1]["reason"]) == ("confounded", "config: loss.agg")
     for c, why in ((judged[2], r"cegppo: loss/cegppo/beta_grad_frac = [0-9.e-]+ vs min 0.99"),
-                   (judged[3], r"not logged: no/such")):
+                   (judged[3], r"not logged: data/groups_dropped")):
         lo, hi = c["ci_holm"]
         if lo <= 0 <= hi:  # a significant interval is never hidden
             assert c["verdict"] == "not engaged" and re.fullmatch(
@@ -221,15 +221,20 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
 
 @pytest.mark.slow  # a sweep of several runs
 def test_a_failing_arm_is_reported_and_the_others_finish(tiny_policy_dir, tmp_path, capsys):
-    exp = experiment(tmp_path, tiny_policy_dir, differs_in=["loss", "rollout"], arms={
+    """A run that fails while training (its reward function raises) is reported with its
+    log's last error; the other arm's runs finish. (A config that cannot build never gets
+    this far: tests/test_upfront.py.)"""
+    (tmp_path / "bad_reward.py").write_text(
+        "def score(prompts, completions, answers, **meta):\n"
+        "    raise ValueError('the grader is down')\n")
+    exp = experiment(tmp_path, tiny_policy_dir, differs_in=["loss", "reward"], arms={
         "grpo": {"preset": "grpo"},
-        "bad_tier": {"preset": "grpo", "overrides": {"rollout": {"clusters": ["t9d9"]}}},
-        "bad_key": {"preset": "grpo", "overrides": {"optim": {"learning_rate": 1}}}})
+        "bad_reward": {"preset": "grpo", "overrides": {
+            "reward": {"fn": f"{tmp_path / 'bad_reward.py'}:score"}}}})
     assert compare(exp, tmp_path / "out", jobs=2, live=False) == 1
     err = capsys.readouterr().err
-    assert "4 of 6 runs failed (the others finished)" in err
-    assert re.search(r"bad_tier-seed0: exit 2: .*rollout.clusters \['t9d9'\] unknown", err)
-    assert "bad_key-seed1: config: experiment" in err and "did you mean 'lr'" in err
+    assert "2 of 4 runs failed (the others finished)" in err
+    assert re.search(r"bad_reward-seed0: exit 2: .*the grader is down", err)
     assert all((tmp_path / "out" / "runs" / "grpo" / f"seed{s}" / "eval.json").exists()
                for s in (0, 1))
 

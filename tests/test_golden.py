@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.golden.runs import HERE, machine_key, produce
+from tests.golden.runs import HERE, RUNS, TINY, machine_key, produce
 
 
 def test_the_trainer_reproduces_its_golden_rows(tiny_policy_dir, tmp_path):
@@ -29,3 +29,21 @@ def test_the_trainer_reproduces_its_golden_rows(tiny_policy_dir, tmp_path):
         for got, want in zip(rows[name], golden[name], strict=True):
             assert got == want, (name, got["step"], sorted(
                 k for k in set(got) | set(want) if got.get(k) != want.get(k)))
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_metrics_a_config_declares_are_the_ones_its_run_logs(name):
+    """Both ways, on every path of the golden runs (whichever machine wrote them): each
+    logged key is declared (so no claim on a logged metric is refused up front), and each
+    exact name declared is logged (so none on a missing one is let through)."""
+    from lmpo.config import load_config
+    from lmpo.trainer.metric_names import declared, logs
+    from lmpo.trainer.train_config import TrainConfig
+
+    preset, extra = RUNS[name]
+    names = declared(load_config(TrainConfig, preset, ["policy=unused", *TINY, *extra]))
+    for rows in json.loads((HERE / "rows.json").read_text()).values():
+        keys = set().union(*map(set, rows[name]))
+        assert sorted(k for k in keys if not logs(names, k)) == []
+        assert [n for n in names if "*" not in n and n not in keys
+                and not n.startswith("time/")] == []

@@ -122,7 +122,7 @@ def fake_execute(effect):
                 continue
             value = 1.0 + (effect + NOISE[run.seed] if run.arm == "a" else 0.0)
             run.run_dir.mkdir(parents=True, exist_ok=True)
-            rows = [{"step": t, "m": value} for t in (1, 2)]
+            rows = [{"step": t, "reward/mean": value} for t in (1, 2)]
             (run.run_dir / "metrics.jsonl").write_text(
                 "".join(json.dumps(r) + "\n" for r in rows))
             (run.run_dir / "eval.json").write_text(json.dumps({"before": {
@@ -143,7 +143,7 @@ def test_compare_adds_blocks_until_the_headline_claim_is_decided(
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}},
             "seeds": {"first": 40, "start": 3, "max": 9, "step": 3}, "steps": 2,
             "differs_in": ["loss"],
-            "claims": [{"kind": "direction", "metric": "m", "arms": ["a", "b"],
+            "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["a", "b"],
                         "expect": "greater", "sentence": "a above b", "min_effect": 0.01}]}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -347,7 +347,10 @@ def dropped_base_hparams(exp: Experiment, data: dict) -> list[str]:
 def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
                ) -> TrainConfig:
     where = f"experiment {exp.name!r}, arm {arm.name!r}"
-    data = arm_data(exp, arm, seed, threads=threads)
+    try:
+        data = arm_data(exp, arm, seed, threads=threads)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     lost = dropped_base_hparams(exp, data)
     if lost:
         raise ConfigError(f"{where}: the base's {', '.join(lost)} would not apply: the arm "

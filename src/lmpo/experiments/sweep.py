@@ -29,7 +29,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -38,6 +38,7 @@ from lmpo.config import save_config
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments import launcher
 from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
+from lmpo.experiments.upfront import check_experiment
 from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
 
@@ -72,9 +73,10 @@ def finished(run_dir: Path, steps: int) -> bool:
 def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Run]:
     """Check the experiment, write its configs under `out` and return its runs.
 
-    An arm whose config cannot be built is not run: its runs are failed with the error
-    (the other arms go on). `differs_in` is checked over the arms that build, before
-    any run starts."""
+    Everything is checked before anything is written (lmpo.experiments.upfront: every
+    arm builds, trains on tiers its task has, and logs every metric the claims read;
+    `differs_in`): a broken arm stops the sweep before its first run, not after the
+    others have trained."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     saved = out / "experiment.yaml"
     if saved.exists():
@@ -85,13 +87,8 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
                               "differ); resume it with the same file, --seeds and --steps, or "
                               "choose a new --out")
     flat = exp.expand()  # arms x condition levels, as `arm@level`
-    broken: dict[str, str] = {}
-    for arm in flat.arms:
-        try:
-            arm_config(flat, arm, exp.seeds[0])
-        except ConfigError as exc:
-            broken[arm.name] = str(exc)
-    check_differs(replace(flat, arms=[a for a in flat.arms if a.name not in broken]))
+    check_experiment(flat, exp.seeds[0])
+    check_differs(flat)
     (out / "configs").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     saved.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
@@ -101,22 +98,19 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
             run = Run(arm.name, seed, out / "configs" / f"{arm.name}-seed{seed}.yaml",
                       out / "runs" / arm.name / f"seed{seed}",
                       out / "logs" / f"{arm.name}-seed{seed}.log", engine=engine)
-            if arm.name in broken:
-                run.status, run.error = "failed", f"config: {broken[arm.name]}"
-            else:
-                cfg = arm_config(flat, arm, seed, threads=threads)
-                save_config(cfg, run.config)
-                refused = engine_refusals(engine, cfg)
-                if refused:
-                    run.status, run.error = "refused", "; ".join(refused)
-                elif finished(run.run_dir, exp.steps):
-                    stale = config_changes(run.run_dir, cfg)
-                    if stale:
-                        run.status, run.error = "failed", (
-                            f"finished under another config ({stale}); delete {run.run_dir} "
-                            "to run it again")
-                    else:
-                        run.status = "done"
+            cfg = arm_config(flat, arm, seed, threads=threads)
+            save_config(cfg, run.config)
+            refused = engine_refusals(engine, cfg)
+            if refused:
+                run.status, run.error = "refused", "; ".join(refused)
+            elif finished(run.run_dir, exp.steps):
+                stale = config_changes(run.run_dir, cfg)
+                if stale:
+                    run.status, run.error = "failed", (
+                        f"finished under another config ({stale}); delete {run.run_dir} "
+                        "to run it again")
+                else:
+                    run.status = "done"
             runs.append(run)
     return runs
 

@@ -112,6 +112,11 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
         (r.dtype not in ("fp8_e4m3", "fp4_e2m1") or cfg.lora.r == 0,
          f"rollout.dtype {r.dtype} quantises the decoder's linear layers: not with LoRA "
          "adapters (lora.r > 0); use bfloat16 or float16"),
+        (r.batch_size // max(r.group_size, 1) <= r.pool_size,
+         f"rollout.batch_size {r.batch_size} asks for {r.batch_size // max(r.group_size, 1)} "
+         f"prompts a step, more than rollout.pool_size {r.pool_size} holds (each step would "
+         "train on the whole pool, not the batch asked for): lower rollout.batch_size or "
+         "raise rollout.pool_size"),
         (r.correction.kind is not None or not r.correction.hparams,
          f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
     ]
