@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from lmpo import __version__
+from lmpo.atomic import write_text
 from lmpo.cli_experiments import add_experiment_parsers, cmd_compare, cmd_report
-from lmpo.errors import ConfigError, LmpoError
+from lmpo.errors import ConfigError, Interrupted, LmpoError, on_sigterm
 from lmpo.extras import missing_extra
 
 
@@ -279,11 +283,17 @@ def cmd_eval(args) -> int:
                       encode=encode, eos_ids=stop_token_ids(model, tokenizer))
     Console().print(accuracy_table({"model": result}, title=f"{model_dir} on {task_name}"))
     out = Path(args.json) if args.json else model_dir / "eval_cli.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
 
+REFUSED_BY_FS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
+                 errno.EEXIST)
+RESUME = {"train": "; its checkpoints are kept: rerun with --resume to go on",
+          "compare": "; its runs were stopped at their last checkpoints: rerun the same "
+                     "command to resume",
+          "sft": "; rerun to start again", "rm": "; rerun to start again"}
 COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets,
             "export-data": cmd_export_data,
@@ -306,11 +316,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_sigterm)  # stops the work as Ctrl-C does
     try:
         return COMMANDS[args.command](args)
+    except KeyboardInterrupt as exc:  # SIGINT (130) or SIGTERM (143): one line
+        term = isinstance(exc, Interrupted)
+        print(f"lmpo {args.command}: stopped by {'SIGTERM' if term else 'SIGINT'}"
+              f"{RESUME.get(args.command, '')}", file=sys.stderr)
+        return 143 if term else 130
     except LmpoError as exc:  # what the user can fix: one line, no traceback
         print(f"lmpo {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a read-only, file-shaped or forbidden target: one line
+        if exc.errno not in REFUSED_BY_FS:
+            raise
+        what = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+        why = "a file where a directory is needed: choose another path" if exc.errno in (
+            errno.EEXIST, errno.ENOTDIR) else "not writable here: choose another path or fix " \
+            "its permissions"
+        print(f"lmpo {args.command}: error: {what}: {exc.strerror} ({why})", file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         reason = missing_extra(exc)
         if reason is None:

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from lmpo import presets
+from lmpo.atomic import write_text
 from lmpo.errors import ConfigError
 from lmpo.registry import nearest
 from lmpo.yamlfile import parse_yaml, read_yaml_file
@@ -211,7 +212,7 @@ def to_dict(cfg) -> dict:
 
 
 def save_config(cfg, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 def flatten(d: dict, prefix: str = "") -> dict:

@@ -52,3 +52,13 @@ class RunError(LmpoError, RuntimeError):
     updates that kept going non-finite); the message says from where it can go on."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised where Python raises KeyboardInterrupt for SIGINT (so whatever stops
+    its work on Ctrl-C stops it the same way): the command line prints one line and exits
+    143 (128 + SIGTERM), as it exits 130 on SIGINT."""
+
+
+def on_sigterm(signum, frame):
+    raise Interrupted(f"signal {signum}")

@@ -26,6 +26,7 @@ from typing import ClassVar
 import torch
 
 from lmpo import __version__, presets
+from lmpo.atomic import write_text
 from lmpo.cache import build_once, lmpo_home
 from lmpo.config import save_config
 from lmpo.errors import ConfigError
@@ -267,7 +268,7 @@ def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
                            if k.startswith("heldout/")},
                "train_loss_last": rows[-1]["train/loss"], "seconds_per_epoch": epoch_s,
                "seconds_data": t_data, "seconds": time.perf_counter() - t0}
-    (out / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

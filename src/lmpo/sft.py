@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from lmpo.atomic import write_text
 from lmpo.config import ConfigError, save_config
 from lmpo.evaluate import evaluate
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
@@ -116,5 +117,5 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
         "train_seconds": train_seconds, "seconds": time.perf_counter() - t0, "eval": result,
         "heldout": {k: vars(c) for k, c in heldout.counts.items()},
     }
-    (Path(out) / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(Path(out) / "eval.json", json.dumps(summary, indent=2) + "\n")
     return summary

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 FRESH_ENV = "LMPO_FRESH_PROCESSES"
+STOP_GRACE_S = 30.0  # how long a stopped run may take to exit before it is killed
 PRELOAD = ["lmpo.cli", "lmpo.trainer.loop"]  # the trainer brings the models, tasks, rewards
 _CONTEXT = None
 
@@ -174,5 +177,21 @@ class LocalPool:
     def describe(self) -> dict:
         return {"launcher": self.name, "jobs": self.jobs}
 
-    def close(self) -> None:
-        pass
+    def close(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop the runs still going (a sweep stopped by Ctrl-C or SIGTERM): SIGTERM, which
+        a run takes at once, keeping its checkpoints (lmpo train exits 143); SIGKILL for
+        one still alive after `grace_s`. A stopped run resumes from its last checkpoint."""
+        procs = [p for p in self.running if p.poll() is None]
+        for proc in procs:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace_s
+        for proc in procs:
+            while proc.poll() is None and time.time() < deadline:
+                time.sleep(0.05)
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.running.clear()

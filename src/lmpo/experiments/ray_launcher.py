@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from lmpo.errors import ConfigError, LmpoError
+from lmpo.errors import ConfigError, LmpoError, on_sigterm
 from lmpo.experiments.launcher import Outcome, start
 from lmpo.locks import LEASE_ENV, grant_lease
 
@@ -129,7 +129,7 @@ class RayPool:
         self._remote_run = ray.remote(max_retries=0)(run_command)
         self.tasks: dict[str, Task] = {}
         self.nodes: dict[str, Node] = {}
-        self._previous_sigterm = signal.signal(signal.SIGTERM, _interrupt) \
+        self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm) \
             if threading.current_thread() is threading.main_thread() else None
         try:
             self.refresh()
@@ -255,6 +255,3 @@ class RayPool:
         if self.ray.is_initialized():
             self.ray.shutdown()
 
-
-def _interrupt(signum, frame):  # SIGTERM ends the sweep as Ctrl-C does: tasks cancelled
-    raise KeyboardInterrupt(f"signal {signum}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from lmpo import __version__
+from lmpo.atomic import write_text
 from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
 from lmpo.experiments.audit import (
@@ -243,10 +244,10 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None,
     plots = write_plots(data, out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     plots += write_dose_plots(claims, out.parent)
-    out.with_suffix(".json").write_text(json.dumps(
+    write_text(out.with_suffix(".json"), json.dumps(
         {"schema_version": SCHEMA_VERSION, "setup": info, "arms": table, "claims": claims,
          "plots": plots}, indent=2, default=str) + "\n")
-    out.write_text(markdown(info, table, claims, plots))
+    write_text(out, markdown(info, table, claims, plots))
     print_summary(info, table, claims, out, console)
     for claim, old, new in changes:
         print(f"re-judged: {claim}: {old} -> {new}")

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import yaml
 
+from lmpo.atomic import write_text
 from lmpo.config import save_config
-from lmpo.errors import ConfigError, LmpoError
+from lmpo.errors import ConfigError, Interrupted, LmpoError
 from lmpo.experiments import launcher
 from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
 from lmpo.experiments.upfront import check_experiment
@@ -91,7 +92,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
     check_differs(flat)
     (out / "configs").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    saved.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    write_text(saved, yaml.safe_dump(exp.to_dict(), sort_keys=False))
     runs = []
     for arm in flat.arms:
         for seed in exp.seeds:
@@ -188,9 +189,9 @@ def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = T
     retried: dict[str, int] = {}
     started = time.time()
     history = out / "sweep.json"
-    past = json.loads(history.read_text()) if history.exists() else []
+    past = read_history(history)
     record = {"started": started, "wall_s": None, **pool.describe(), "status": "interrupted"}
-    history.write_text(json.dumps([*past, record], indent=2) + "\n")  # None if killed
+    write_text(history, json.dumps([*past, record], indent=2) + "\n")  # None if killed
     show = live and console.is_terminal
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
 
@@ -229,12 +230,36 @@ def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = T
                     say(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
                         + (f": {run.error}" if run.error else ""))
                 view.update(status_table(exp, runs))
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (lmpo.errors.Interrupted)
+        record["interrupted"] = "SIGTERM" if isinstance(exc, Interrupted) else "SIGINT"
+        for run, _ in active.values():
+            run.status = "interrupted"
+        raise
     finally:
-        pool.close()
-    record |= {"wall_s": time.time() - started, "status": {r.name: r.status for r in runs}}
-    if retried:
-        record["retried"] = retried
-    history.write_text(json.dumps([*past, record], indent=2) + "\n")
+        pool.close()  # stops what still runs, at its last checkpoint
+        record |= {"wall_s": time.time() - started,
+                   "status": {r.name: r.status for r in runs}}
+        if retried:
+            record["retried"] = retried
+        write_text(history, json.dumps([*past, record], indent=2) + "\n")
+
+
+def read_history(path: Path) -> list:
+    """sweep.json's records; a damaged one (cut short by an older lmpo, or edited) is kept
+    aside as sweep.json.damaged, said in one line, and the history starts again."""
+    if not path.exists():
+        return []
+    try:
+        past = json.loads(path.read_text())
+        if isinstance(past, list):
+            return past
+    except (ValueError, UnicodeDecodeError):
+        pass
+    aside = path.with_name(path.name + ".damaged")
+    os.replace(path, aside)
+    print(f"lmpo compare: {path} was not a list of records; kept it as {aside} and started "
+          "the history again (the runs are read from their own directories)", file=sys.stderr)
+    return []
 
 
 def next_look(exp: Experiment, out: Path) -> list[int] | None:

@@ -40,7 +40,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lmpo.errors import ConfigError, LmpoError
+from lmpo.errors import ConfigError, LmpoError, on_sigterm
 from lmpo.experiments.verl_launch import ENTRYPOINT, launch, shell_word, write_plan
 from lmpo.locks import directory_lock
 
@@ -243,7 +243,7 @@ def submit_verl_sweep(exp, config_path: str, out: str | None, *, address: str | 
             return 1
         write_plan(exp, out)
         client, started = connect(address)
-        previous = signal.signal(signal.SIGTERM, _interrupt) \
+        previous = signal.signal(signal.SIGTERM, on_sigterm) \
             if threading.current_thread() is threading.main_thread() else None
         try:
             sweep = JobSweep(client, planned, out, at_once=jobs, env=env)
@@ -276,6 +276,3 @@ def connect(address: str | None):
                    configure_logging=False)
     return JobSubmissionClient(f"http://{ctx.dashboard_url}"), True
 
-
-def _interrupt(signum, frame):  # SIGTERM ends the sweep as Ctrl-C does: jobs stopped
-    raise KeyboardInterrupt(f"signal {signum}")

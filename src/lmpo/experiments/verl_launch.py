@@ -31,6 +31,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from lmpo.advantages import advantage_hparams, advantage_meta
+from lmpo.atomic import write_text
 from lmpo.losses import default_aggregation, loss_hparams, loss_meta
 
 LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
@@ -287,7 +288,7 @@ def write_plan(exp, out) -> None:
     from lmpo.experiments.spec import arm_config
 
     (out / "configs").mkdir(parents=True, exist_ok=True)
-    (out / "experiment.yaml").write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    write_text(out / "experiment.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
     flat = exp.expand()
     for arm in flat.arms:
         for seed in exp.seeds:
@@ -310,7 +311,7 @@ def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool,
     header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
               "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
     if out:
-        (out / "verl.sh").write_text("\n".join(header + lines) + "\n")
+        write_text(out / "verl.sh", "\n".join(header + lines) + "\n")
     print("\n".join(lines))
     print(f"{launched} run(s) mapped, {refused} refused"
           + (f"; written to {out / 'verl.sh'}" if out else ""), file=sys.stderr)

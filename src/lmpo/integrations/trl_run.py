@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from lmpo.atomic import write_text
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.trl_mapping import lmpo_row, trl_refusals
 from lmpo.locks import check_lease
@@ -126,7 +127,7 @@ def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
     check_lease(run_dir)  # a run moved to another machine has one writer
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = {"before": before, "after": after, "engine": "trl"}
-    (run_dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(run_dir / "eval.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from lmpo.atomic import write_text
 from lmpo.errors import LmpoError, RunError
 from lmpo.faults import crash_point
 
@@ -137,7 +138,7 @@ def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Pat
             os.fsync(raw.fileno())
         size, sha = file_digest(tmp)
         crash_point("mid_checkpoint", step)
-        atomic_write(manifest_path(final), json.dumps({"size": size, "sha256": sha}) + "\n")
+        write_text(manifest_path(final), json.dumps({"size": size, "sha256": sha}) + "\n")
         os.replace(tmp, final)
         _fsync_dir(folder)
     except (OSError, RuntimeError) as exc:
@@ -152,15 +153,6 @@ def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Pat
         old.unlink(missing_ok=True)
         manifest_path(old).unlink(missing_ok=True)
     return final
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmpo.atomic import write_text
 from lmpo.evaluate import metrics_row, result_from_row
 from lmpo.faults import crash_point
 from lmpo.locks import check_lease
@@ -83,7 +84,7 @@ def finish(cfg: TrainConfig, run: Run) -> dict:
     before = run.state.before
     summary = {"before": before, "after": result_from_row(final, before), "steps": cfg.steps,
                "heldout": {k: vars(c) for k, c in run.heldout.counts.items()}}
-    (run.dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(run.dir / "eval.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

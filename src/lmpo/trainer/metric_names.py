@@ -6,9 +6,9 @@ metrics (the loss called on a dummy batch), the post-update diagnostics' (the sa
 group estimator's (a fresh one on a dummy group), the objective's terms and masks. A
 family pattern (fnmatch) where the names depend on data or state: per tier
 (`eval/accuracy/*`), per reward function, a rollout controller's (the families of the
-diagnostics it registers), a rollout correction's, a comparator's (`shadow/<name>/*`), the bookkeeping families (`time/*`,
-`data/*`, `train/*`). tests/test_golden.py checks the declaration against the rows the
-golden runs log, both ways.
+diagnostics it registers), a rollout correction's, a comparator's (`shadow/<name>/*`),
+the bookkeeping families (`time/*`, `data/*`, `train/*`). tests/test_golden.py checks
+the declaration against the rows the golden runs log, both ways.
 """
 
 from __future__ import annotations

@@ -91,12 +91,12 @@ def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
     created is removed again if the run cannot start (a task file, a reward function or a
     checkpoint that fails): a bad input leaves nothing behind."""
     parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
-    policy_dir = resolve_policy(cfg.policy, progress=progress,  # may build the warm start
-                                max_threads=cfg.threads)
     fresh = not run_dir.exists()
     held = contextlib.ExitStack()
-    try:
+    try:  # the directory first: one that cannot be written fails before any work
         held.enter_context(directory_lock(run_dir, what="lmpo train"))
+        policy_dir = resolve_policy(cfg.policy, progress=progress,  # may build the warm start
+                                    max_threads=cfg.threads)
         run = restore_run(cfg, run_dir, policy_dir, resume=resume, progress=progress,
                           verbose=verbose)
     except BaseException as exc:
