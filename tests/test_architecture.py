@@ -20,9 +20,10 @@ SRC = ROOT / "src" / "lmpo"
 
 # Every top-level module or package of lmpo, lowest first: a module may import only
 # those before it (and itself). Data flows down, nothing flows back up.
-LAYERS = ["__init__", "errors", "yamlfile", "extras", "domains", "choices", "registry", "masked",
-          "logprobs", "welford",
-          "faults", "locks", "user_modules", "cache", "presets", "config", "models", "tasks",
+LAYERS = ["__init__", "errors", "atomic", "processes", "yamlfile", "extras", "domains",
+          "choices", "registry", "masked", "logprobs", "welford",
+          "faults", "locks", "user_modules", "reward_worker", "cache", "presets", "config",
+          "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
           "reward_model_training", "trainer", "methods", "experiments", "integrations",
           "cli_experiments", "cli",

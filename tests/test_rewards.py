@@ -3,8 +3,10 @@ errors that name the sample, and math-verify under a timeout that works in any t
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,18 +68,20 @@ def write_fn(tmp_path, body: str) -> str:
     return f"{path}:reward"
 
 
-def test_user_function_gets_trl_shape_and_none_means_no_score(tmp_path):
+@pytest.mark.parametrize("timeout_s", [None, 30.0])  # in this process; in a worker
+def test_user_function_gets_trl_shape_and_none_means_no_score(tmp_path, timeout_s):
     spec = write_fn(tmp_path, """
-seen = {}
+import json, pathlib
 def reward(prompts, completions, answers, **meta):
-    seen.update(prompts=prompts, completions=completions, answers=answers, meta=meta)
+    seen = dict(prompts=prompts, completions=completions, answers=answers, meta=meta)
+    pathlib.Path(__file__).with_suffix(".json").write_text(json.dumps(seen))
     return [1.0 if c == a else None if c == "skip" else 0.25 for c, a in
             zip(completions, answers)]
 """)
-    reward = build_reward(spec, None)
+    reward = build_reward(spec, None, timeout_s=timeout_s)
     scores, correct = reward.score(probs("1", "2", "3"), ["1", "skip", "x"])
     assert scores == [1.0, None, 0.25] and correct == [True, False, False]
-    seen = reward.fn.__globals__["seen"]
+    seen = json.loads(Path(spec.rpartition(":")[0]).with_suffix(".json").read_text())
     assert seen["prompts"] == ["q0", "q1", "q2"] and seen["answers"] == ["1", "2", "3"]
     assert seen["meta"] == {"cluster": ["c", "c", "c"]}
 
@@ -95,7 +99,9 @@ def reward(prompts, completions, answers, **meta):
 @pytest.mark.parametrize("body, msg", [
     ("return [1.0]", "returned 1 scores for 2 completions"),
     ("return [1.0, float('nan')]", r"returned nan .* for sample 1 \(prompt 'q1'"),
-    ("return [1.0, 'high']", r"returned 'high' \(not a finite number or None\)"),
+    ("return [1.0, 'high']", r"returned 'high' \(not a finite number within \+-1e\+06, or None"),
+    ("return [1.0, -1e308]", r"returned -1e\+308 \(not a finite number within \+-1e\+06"),
+    ("return 1.0", r"returned 1.0: expected a list of 2 scores"),
 ])
 def test_a_user_function_returning_garbage_is_a_clear_error(tmp_path, body, msg):
     spec = write_fn(tmp_path, f"def reward(prompts, completions, answers, **meta):\n    {body}\n")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from lmpo.errors import ConfigError
 
 
-def import_user_modules(specs: list[str]) -> list:
+def import_user_modules(specs: list[str], what: str = "imports") -> list:
     """Import each module (a dotted name, or a .py file relative to the working directory)
-    once and return them in order; errors name the entry."""
+    once and return them in order; any error, `sys.exit()` included, is one ConfigError
+    naming `what` and the entry."""
     import importlib
     import importlib.util
     import sys
@@ -35,6 +36,12 @@ def import_user_modules(specs: list[str]) -> list:
                 modules.append(module)
             else:
                 modules.append(importlib.import_module(spec))
+        except SystemExit as exc:
+            raise ConfigError(f"{what}: {spec!r} called sys.exit({exc.code!r}) while being "
+                              "imported; a module lmpo imports must not end the process "
+                              "(put the script's work under `if __name__ == \"__main__\":`)"
+                              ) from None
         except Exception as exc:
-            raise ConfigError(f"imports: {spec!r} failed: {type(exc).__name__}: {exc}") from None
+            raise ConfigError(f"{what}: {spec!r} failed to import: {type(exc).__name__}: "
+                              f"{exc}") from None
     return modules

@@ -22,20 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmpo.processes import die_with_parent
+
 FRESH_ENV = "LMPO_FRESH_PROCESSES"
 STOP_GRACE_S = 30.0  # how long a stopped run may take to exit before it is killed
 PRELOAD = ["lmpo.cli", "lmpo.trainer.loop"]  # the trainer brings the models, tasks, rewards
 _CONTEXT = None
-
-
-def die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def forking() -> bool:

@@ -5,6 +5,7 @@
 """
 
 from lmpo.rewards.base import (
+    MAX_ABS_REWARD,
     REWARD_FNS,
     SCALES,
     Reward,
@@ -16,5 +17,5 @@ from lmpo.rewards.base import (
 )
 from lmpo.rewards.guarded import GuardedWorker
 
-__all__ = ["REWARD_FNS", "SCALES", "GuardedWorker", "Reward", "RewardError", "build_reward",
-           "exact_match", "last_number", "reward_range"]
+__all__ = ["MAX_ABS_REWARD", "REWARD_FNS", "SCALES", "GuardedWorker", "Reward", "RewardError",
+           "build_reward", "exact_match", "last_number", "reward_range"]

@@ -23,11 +23,22 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 
 from lmpo.choices import REWARD_SCALES
 from lmpo.errors import ConfigError, LmpoError
+from lmpo.reward_worker import (
+    DEFAULT_TIMEOUT_S,
+    RewardFailed,
+    RewardTimeout,
+    Unconvertible,
+    UserFunctionWorker,
+)
 from lmpo.tasks.base import ANSWER_MARK
 
+# the largest |reward| accepted: far above any score that normalisation, a critic or a
+# float32 update can take (1e308 passes a finiteness check, then overflows)
+MAX_ABS_REWARD = 1e6
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
@@ -109,7 +120,7 @@ def load_user_fn(spec: str) -> Callable:
     if not path.endswith(".py") or not name:
         raise ConfigError(f"reward.fn {spec!r}: expected one of {', '.join(BUILTIN)} or "
                           "path/to/file.py:function")
-    (module,) = import_user_modules([path])
+    (module,) = import_user_modules([path], what=f"reward.fn {spec!r}")
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.fn {spec!r}: {path} has no function {name!r}")
@@ -117,9 +128,13 @@ def load_user_fn(spec: str) -> Callable:
 
 
 class Reward:
-    """Scores a batch of completions; see the module docstring."""
+    """Scores a batch of completions; see the module docstring. A user function runs in
+    a worker process, each call bounded by `timeout_s` (lmpo.reward_worker; None:
+    in this process, unbounded); its file is imported here too, once, so that a missing
+    function fails before any work."""
 
-    def __init__(self, fn_spec: str, task, scale: str = "none"):
+    def __init__(self, fn_spec: str, task, scale: str = "none",
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S):
         self.spec, self.task, self.scale = fn_spec, task, SCALES[scale]
         if fn_spec == "task":
             self.fn = None
@@ -127,6 +142,10 @@ class Reward:
             self.fn = REWARD_FNS[fn_spec]()
         else:
             self.fn = load_user_fn(fn_spec)
+            if timeout_s is not None:
+                path, _, name = fn_spec.rpartition(":")
+                self.fn = UserFunctionWorker(str(Path(path).expanduser().resolve()), name,
+                                             timeout_s)
         self.binary = fn_spec in REWARD_FNS
 
     def score(self, problems: Sequence, completions: Sequence[str], *, where: str = "sample",
@@ -152,7 +171,9 @@ class Reward:
         answers = [p.answer for p in problems]
         meta = {"cluster": [p.cluster for p in problems]}
         try:
-            out = list(self.fn(prompts, list(completions), answers, **meta))
+            out = self.fn(prompts, list(completions), answers, **meta)
+        except RewardTimeout as exc:
+            self._find_slow_sample(problems, completions, where, index, exc)
         except Exception as exc:
             # find the sample: call the function one sample at a time
             for i, (p, c) in enumerate(zip(problems, completions, strict=True)):
@@ -164,6 +185,10 @@ class Reward:
             raise RewardError(f"reward function {self.spec} raised {type(exc).__name__}: {exc} "
                               f"on a batch of {len(prompts)} (no single sample fails alone)"
                               ) from exc
+        if isinstance(out, Unconvertible) or not isinstance(out, list | tuple):
+            raise RewardError(f"reward function {self.spec} returned {out!r}: expected a list "
+                              f"of {len(prompts)} scores (float or None)")
+        out = list(out)
         if len(out) != len(prompts):
             raise RewardError(f"reward function {self.spec} returned {len(out)} scores for "
                               f"{len(prompts)} completions")
@@ -176,11 +201,12 @@ class Reward:
                 value = float(s)
             except (TypeError, ValueError):
                 value = math.nan
-            if not math.isfinite(value):
+            if not math.isfinite(value) or abs(value) > MAX_ABS_REWARD:
                 p = problems[i]
                 raise RewardError(f"reward function {self.spec} returned {s!r} (not a finite "
-                                  f"number or None) for {where} {index[i]} (prompt {p.prompt!r}, "
-                                  f"completion {completions[i]!r})")
+                                  f"number within +-{MAX_ABS_REWARD:g}, or None) for {where} "
+                                  f"{index[i]} (prompt {p.prompt!r}, completion "
+                                  f"{completions[i]!r})")
             scores.append(value)
         correct = [s is not None and (s == 1.0 if self.binary else s >= 1.0) for s in scores]
         return [None if s is None else self.scale(s) for s in scores], correct
@@ -189,18 +215,35 @@ class Reward:
         """Metrics of the reward itself since the last call (a reward model logs its own)."""
         return {}
 
+    def _find_slow_sample(self, problems, completions, where, index, exc) -> None:
+        """Raise a RewardError naming the first sample that alone runs over the timeout."""
+        for i, (p, c) in enumerate(zip(problems, completions, strict=True)):
+            try:
+                self.fn([p.prompt], [c], [p.answer], cluster=[p.cluster])
+            except RewardTimeout:
+                raise RewardError(f"{exc} on {where} {index[i]} (prompt {p.prompt!r}, "
+                                  f"completion {c!r}); fix the function or raise "
+                                  "reward.timeout_s") from None
+            except Exception:  # noqa: BLE001 - another sample's error, not the hang
+                continue
+        raise RewardError(f"{exc} on a batch of {len(problems)} (each sample alone returns in "
+                          "time): raise reward.timeout_s") from None
+
     @staticmethod
     def _name_sample(exc, where, i, problem, completion, who) -> str:
-        return (f"{who} raised {type(exc).__name__}: {exc} on {where} {i} "
+        what = str(exc) if isinstance(exc, RewardFailed) else f"{type(exc).__name__}: {exc}"
+        return (f"{who} raised {what} on {where} {i} "
                 f"(prompt {problem.prompt!r}, completion {completion!r})")
 
 
-def build_reward(spec: str, task, scale: str = "none") -> Reward:
+def build_reward(spec: str, task, scale: str = "none",
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Reward:
     """The `Reward` that `reward.fn: spec` names, for `task`, its scores mapped by `scale`
-    (SCALES)."""
+    (SCALES); a user function's calls bounded by `timeout_s` (None: unbounded, in this
+    process)."""
     if spec not in BUILTIN and ":" not in spec:
         from lmpo.registry import nearest
 
         raise ConfigError(f"reward.fn {spec!r} unknown{nearest(spec, list(BUILTIN))}; valid: "
                           f"{', '.join(BUILTIN)} or path/to/file.py:function")
-    return Reward(spec, task, scale)
+    return Reward(spec, task, scale, timeout_s)

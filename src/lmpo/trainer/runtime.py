@@ -77,10 +77,12 @@ class Runtime:
     @classmethod
     def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
         device = next(policy.parameters()).device
-        reward = build_reward(cfg.reward.fn, task, cfg.reward.scale)
+        limit = cfg.reward.timeout_s
+        reward = build_reward(cfg.reward.fn, task, cfg.reward.scale, limit)
         if cfg.reward.extra:  # several functions: a weighted sum, each logged
 
-            reward = MultiReward([reward] + [build_reward(f, task) for f in cfg.reward.extra],
+            reward = MultiReward([reward] + [build_reward(f, task, timeout_s=limit)
+                                             for f in cfg.reward.extra],
                                  cfg.reward.weights or [1.0] * (1 + len(cfg.reward.extra)))
         if cfg.reward.model is not None:  # the checker stays: accuracy, reward/checker_mean
 

@@ -124,6 +124,11 @@ class RewardConfig:
     weights: list[float] = field(default_factory=list)
     """One weight per function, `fn` first, then each of `extra` (TRL's reward_weights);
     empty = every weight 1."""
+    timeout_s: float | None = dom(300.0, "(0, inf) | None")
+    """A user function (file.py:function) runs in a worker process, each call stopped
+    after this many seconds with one line naming the sample that hangs; None calls it in
+    the trainer's process without a limit (lmpo.reward_worker). Every user score
+    must be finite and within +-1e6 (lmpo.rewards.MAX_ABS_REWARD)."""
 
 
 @dataclass
