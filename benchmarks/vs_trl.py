@@ -37,9 +37,9 @@ import torch
 from common import write_result
 
 import lmpo.trainer.loop as loop
-from lmpo.cache import lmpo_home
 from lmpo.config import load_config
 from lmpo.models import build_policy, build_tokenizer, load_policy, num_parameters, save_policy
+from lmpo.models.convert import real_model
 from lmpo.tasks import get_task
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.trainer.train_config import TrainConfig
@@ -143,9 +143,9 @@ def main() -> None:
     ap.add_argument("--nano-rounds", type=int, default=8,
                     help="more rounds for the cheap model: its per-step reward is noisy")
     ap.add_argument("--sizes", nargs="+", default=["nano", "small", "smollm2"])
-    ap.add_argument("--smollm2-dir", type=Path,
-                    default=lmpo_home() / "models" / "smollm2-135m-instruct",
-                    help="the converted SmolLM2 folder (lmpo converts it on first use)")
+    ap.add_argument("--smollm2-dir", type=Path, default=None,
+                    help="a converted SmolLM2 folder (default: the packaged model, "
+                         "converted on first use)")
     ap.add_argument("--smollm2-rounds", type=int, default=1)
     ap.add_argument("--smollm2-steps", type=int, default=6)
     ap.add_argument("--nano-policy", default="nano-chain-sum", help="an SFT preset or a folder")
@@ -164,7 +164,8 @@ def main() -> None:
             policy_dir, weights = resolve_policy(args.nano_policy), "warm-started"
             rounds = args.nano_rounds
         elif size == "smollm2":
-            policy_dir, weights = args.smollm2_dir, "pretrained"
+            policy_dir = args.smollm2_dir or real_model("smollm2-135m-instruct")
+            weights = "pretrained"
             setting, steps, rounds = REAL, args.smollm2_steps, args.smollm2_rounds
         else:
             policy_dir = save_policy(build_policy(size, tok), tok, tmp / f"{size}-init")

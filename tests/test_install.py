@@ -3,6 +3,7 @@ warm-start policies built once into a user cache, `python -m lmpo --version`."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,13 +78,13 @@ def test_concurrent_first_uses_build_the_cache_entry_once(tmp_path, monkeypatch)
     env = os.environ | {"LMPO_HOME": str(tmp_path / "home")}
     code = ("from lmpo.warmstart import cached_policy; "
             f"print('PATH', cached_policy('nano-chain-sum', progress=False, "
-            f"sft_overrides={TINY_SFT!r}, max_threads=1))")
+            f"sft_overrides={TINY_SFT!r}))")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert sum(o.count("building the warm-start policy 'nano-chain-sum'") for o in outs) == 1
-    assert sum(o.count("SFT steps on 1 thread;") for o in outs) == 1  # capped by the caller
+    assert sum(o.count("SFT steps on 2 threads;") for o in outs) == 1  # the preset's threads
     paths = {line.split(" ", 1)[1] for o in outs for line in o.splitlines()
              if line.startswith("PATH ")}
     entry = Path(paths.pop())
@@ -92,26 +93,57 @@ def test_concurrent_first_uses_build_the_cache_entry_once(tmp_path, monkeypatch)
     leftovers = [p.name for p in entry.parent.iterdir() if p.is_dir() and p != entry]
     assert leftovers == []  # no half-written folder left behind
     monkeypatch.setenv("LMPO_HOME", str(tmp_path / "home"))
-    assert cache_entry("nano-chain-sum") == entry
-    assert resolve_policy("nano-chain-sum") == entry  # reused: no second build
+    assert cache_entry("nano-chain-sum", TINY_SFT)[0] == entry
+    assert resolve_policy("nano-chain-sum", sft_overrides=TINY_SFT) == entry  # reused
 
 
-def test_lmpo_train_caps_the_warm_start_builds_threads(monkeypatch, tmp_path):
-    from lmpo.config import load_config
-    from lmpo.trainer import setup
-    from lmpo.trainer.loop import train
-    from lmpo.trainer.train_config import TrainConfig
+def test_a_cache_entry_is_keyed_by_what_builds_it_and_checked_on_load(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A changed builder parameter or builder source is a new entry (never the old one
+    served); a changed file in an entry is found on load, the entry kept aside and built
+    again. The caller's thread count is not an input: the preset's threads build it."""
+    import lmpo.cache
+    from lmpo.warmstart import cached_policy
 
-    asked = {}
+    monkeypatch.setenv("LMPO_HOME", str(tmp_path / "home"))
+    first = cached_policy("nano-chain-sum", progress=False, sft_overrides=TINY_SFT)
+    record = json.loads((first / "lmpo-cache.json").read_text())
+    assert record["inputs"]["config"]["steps"] == 20 and record["inputs"]["config"]["threads"] == 2
+    assert set(record["inputs"]["versions"]) == {"python", "torch", "transformers", "lmpo"}
+    assert "model.safetensors" in record["files"]
+    other = cache_entry("nano-chain-sum", (*TINY_SFT, "lr=0.002"))[0]
+    assert other != first and other.parent == first.parent
+    digest = lmpo.cache.source_digest("lmpo.sft")
+    monkeypatch.setattr(lmpo.cache, "source_digest", lambda module: digest[::-1])
+    assert cache_entry("nano-chain-sum", TINY_SFT)[0] != first  # the builder's code changed
+    monkeypatch.undo()
+    monkeypatch.setenv("LMPO_HOME", str(tmp_path / "home"))
+    lmpo.cache._seen.clear()  # a new process
+    weights = first / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    again = cached_policy("nano-chain-sum", progress=False, sft_overrides=TINY_SFT)
+    assert again == first and "its files differ from those recorded" in capsys.readouterr().err
+    assert (first.parent / (first.name + ".damaged")).is_dir()
+    rebuilt = json.loads((again / "lmpo-cache.json").read_text())["files"]
+    assert rebuilt["model.safetensors"] == record["files"]["model.safetensors"]  # deterministic
 
-    def resolve(spec, **kwargs):
-        asked.update(kwargs, spec=spec)
-        raise KeyboardInterrupt  # stop before any work
 
-    monkeypatch.setattr(setup, "resolve_policy", resolve)
-    with pytest.raises(KeyboardInterrupt):
-        train(load_config(TrainConfig, "grpo", ["threads=1"]), tmp_path / "run", progress=False)
-    assert asked["spec"] == "nano-chain-sum" and asked["max_threads"] == 1
+def test_source_digest_follows_function_level_imports_and_whole_subpackages():
+    from lmpo.cache import source_digest
+
+    assert source_digest("lmpo.sft") != source_digest("lmpo.reward_model_training")
+    import lmpo.cache as cache
+
+    names: dict = {}
+    todo = ["lmpo.sft"]
+    while todo:  # the same walk, to see its modules
+        name = todo.pop()
+        path = cache._module_file(name)
+        if path is None or name in names:
+            continue
+        names[name] = path
+        todo += list(cache._imports(path, name))
+    assert "lmpo.tasks" in names and "lmpo.models" in names  # sft imports them in functions
 
 
 MY_LOSS = '''

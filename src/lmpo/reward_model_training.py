@@ -15,6 +15,7 @@ it once into the user cache, `$LMPO_HOME/reward_models/` (`lmpo.cache`), and reu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -25,9 +26,9 @@ from typing import ClassVar
 
 import torch
 
-from lmpo import __version__, presets
+from lmpo import presets
 from lmpo.atomic import write_text
-from lmpo.cache import build_once, lmpo_home
+from lmpo.cache import build_once, cache_key, lmpo_home
 from lmpo.config import save_config
 from lmpo.errors import ConfigError
 from lmpo.rewards.preferences import Pair, builtin_pairs, load_pairs, write_pairs
@@ -283,12 +284,39 @@ def resolve_reward_model(spec: str, *, progress: bool = True) -> Path:
                           f"config.json there) nor an rm preset; rm presets: "
                           f"{', '.join(presets.names('rm'))}")
 
-    def build(tmp: Path) -> None:
-        from lmpo.config import load_config
+    from lmpo.config import load_config, to_dict
 
-        cfg = load_config(RMConfig, spec, [f"out={tmp}"])
+    cfg = load_config(RMConfig, spec, [])
+    config = to_dict(cfg)
+    config.pop("out")
+    # what the trunk, the sampling policy and pair files are, not only their names
+    config["identities"] = {k: source_identity(getattr(cfg, k)) for k in (
+        "trunk", "sample_policy", "pairs", "heldout_pairs") if getattr(cfg, k) not in (
+        None, "builtin")}
+    key, inputs = cache_key("reward model", config, "lmpo.reward_model_training")
+
+    def build(tmp: Path) -> None:
+        cfg.out = str(tmp)
         print(f"lmpo: training the reward model {spec!r} on first use (cached in "
               f"{tmp.parent})", flush=True)
         run_rm(cfg, progress=progress)
 
-    return build_once(lmpo_home() / "reward_models" / f"{spec}-{__version__}", build)
+    return build_once(lmpo_home() / "reward_models" / f"{spec}-{key}", build, inputs)
+
+
+def source_identity(spec: str) -> str:
+    """What a trunk, policy or pairs file named `spec` is: a warm-start preset's or packaged
+    model's cache entry, or a file's or folder's content hash."""
+    from lmpo.cache import file_hashes
+    from lmpo.models.convert import REAL_MODELS
+    from lmpo.warmstart import cache_entry
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return "file " + hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.is_dir():
+        blob = json.dumps(file_hashes(path), sort_keys=True).encode()
+        return "folder " + hashlib.sha256(blob).hexdigest()
+    if spec in REAL_MODELS:
+        return f"packaged {spec}"
+    return "preset " + cache_entry(spec)[0].name

