@@ -54,6 +54,18 @@ def mediators(claim: dict) -> list[str]:
 def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | None = None
                 ) -> None:
     """ConfigError for a malformed claim (before any run starts)."""
+    if not isinstance(claim, dict):
+        raise ConfigError(f"{where}: a claim is a mapping ({{kind, metric, arms, ...}}), got "
+                          f"{claim!r}")
+    for key in ("metric", "sentence", "x"):
+        if key in claim and not (isinstance(claim[key], str) and claim[key].strip()):
+            raise ConfigError(f"{where}: {key} must be a non-empty string, got {claim[key]!r}")
+    if "arms" in claim and not (isinstance(claim["arms"], list)
+                                and all(isinstance(a, str) for a in claim["arms"])):
+        raise ConfigError(f"{where}: arms must be a list of arm names, got {claim['arms']!r}")
+    if "k" in claim and (isinstance(claim["k"], bool) or not isinstance(claim["k"], int)
+                         or claim["k"] < 1):
+        raise ConfigError(f"{where}: k must be an int >= 1, got {claim['k']!r}")
     kind = claim.get("kind")
     if kind == "dose_response":
         check_dose_response(claim, arms, where, conditions or {})

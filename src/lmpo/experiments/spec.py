@@ -218,8 +218,9 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     if not isinstance(differs, list) or not all(isinstance(k, str) for k in differs):
         raise ConfigError(f"{where}: differs_in must be a list of dotted config keys")
     claims = data.get("claims") or []
-    if not isinstance(claims, list):
-        raise ConfigError(f"{where}: claims must be a list")
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise ConfigError(f"{where}: claims must be a list of mappings ({{kind, metric, arms, "
+                          "...}}), one per claim")
     notes = data.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ConfigError(f"{where}: notes must be a list of strings")
