@@ -23,9 +23,18 @@ for _module in pkgutil.iter_modules(__path__):  # every estimator file registers
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
-def get_advantage(name: str, **hparams) -> Estimator:
-    """A new estimator `name` with `hparams`; call it as `est(scores, group_ids)`."""
-    return ADVANTAGES.get(name, **hparams)
+def get_advantage(name: str, validate: bool = False, **hparams) -> Estimator:
+    """A new estimator `name` with `hparams`; call it as `est(scores, group_ids)` (the
+    critic family: `est(rewards, values, mask)`). `validate=True` checks every call's
+    inputs first (`lmpo.advantages.checks`: float scores, groups of the estimator's
+    `min_group`, a mask of 0 and 1, finite token rewards and values), one clear error each."""
+    estimator = ADVANTAGES.get(name, **hparams)
+    if not validate:
+        return estimator
+    from lmpo.advantages.checks import Validated
+
+    meta = ADVANTAGES.meta(name)
+    return Validated(estimator, meta["needs_critic"], meta["min_group"])
 
 
 def list_advantages() -> list[str]:

@@ -29,7 +29,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamm
             f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
         )
     m = mask.to(values.dtype)
-    rewards, values = rewards.detach() * m, values.detach() * m
+    keep = mask.bool()  # where, not a product: an inf in padding must not become NaN
+    rewards = torch.where(keep, rewards.detach(), torch.zeros_like(rewards))
+    values = torch.where(keep, values.detach(), torch.zeros_like(values))
     next_value = torch.zeros_like(values[:, 0]) if bootstrap is None else \
         bootstrap.detach().to(values.dtype).clone()
     if next_value.shape != values[:, 0].shape:
