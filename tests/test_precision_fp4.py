@@ -115,3 +115,44 @@ def test_fp4_with_lora_is_refused_before_any_work(tiny_policy_dir):
     with pytest.raises(ConfigError, match="fp4_e2m1 quantises the decoder's linear layers"):
         load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}",
                                           "rollout.dtype=fp4_e2m1", "lora.r=4"]).validate()
+
+
+def test_the_bf16_boundary_keeps_the_first_and_last_decoder_layers_out(tiny_policy_dir):
+    """rollout.bf16_boundary: layers 0 and L-1 are a plain bfloat16 cast (weights) and
+    their inputs are not quantised, in both decode paths; layers 1..L-2 are NVFP4 as
+    before, each weight the block quantiser of the float32 weight; the two decode paths
+    still agree, and the boundary moves the logits."""
+    from lmpo.rollout.fast_llama import FastLlamaDecoder
+    from tests.test_precision import last_logits
+
+    policy, tok = load_policy(tiny_policy_dir)
+    n = policy.config.num_hidden_layers
+    copy = RolloutModel(policy, "fp4_e2m1", bf16_boundary=True)()
+    assert copy.lmpo_quant_layers == list(range(1, n - 1)) and n >= 3
+    for i, layer in enumerate(copy.model.layers):
+        for proj in (layer.self_attn.q_proj, layer.mlp.down_proj):
+            theirs = dict(policy.named_parameters())[
+                [k for k, p in copy.named_parameters() if p is proj.weight][0]].detach()
+            want = theirs.to(torch.bfloat16) if i in (0, n - 1) else \
+                fake_quant_nvfp4(theirs).to(torch.bfloat16)
+            assert torch.equal(proj.weight, want), i
+            assert bool(proj._forward_pre_hooks) == (0 < i < n - 1), i
+    fast = FastLlamaDecoder(copy, torch.ones(1, 3, dtype=torch.long), capacity=8)
+    x = torch.randn(2, 16) * 3
+    assert [torch.equal(layer["quant"](x), x) for layer in fast.layers] == \
+        [i in (0, n - 1) for i in range(n)]
+    ids = torch.tensor([tok.encode("12+7-3=9,6") for _ in range(2)])
+    edged = copy.float()
+    assert (last_logits(edged, ids, True) - last_logits(edged, ids, False)).abs().max() < 1e-4
+    every = RolloutModel(policy, "fp4_e2m1")().float()
+    assert (last_logits(every, ids, True) - last_logits(edged, ids, True)).abs().max() > 1e-3
+
+
+def test_the_bf16_boundary_needs_a_quantised_rollout(tiny_policy_dir):
+    from lmpo.config import ConfigError, load_config
+    from lmpo.trainer.train_config import TrainConfig
+
+    with pytest.raises(ConfigError, match="rollout.bf16_boundary .* needs rollout.dtype "
+                                          "fp8_e4m3 or fp4_e2m1, got bfloat16"):
+        load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}", "rollout.dtype=bfloat16",
+                                          "rollout.bf16_boundary=true"]).validate()

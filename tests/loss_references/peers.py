@@ -125,3 +125,10 @@ def vespo(lps, olps, advs, mask, *, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda
             row.append((-phi * a * lp, -phi * a))
         out.append(row)
     return out
+
+
+@reference("importance_sampling")
+def importance_sampling(lp, olp, a):
+    r = ratio(lp, olp)
+    inside = -20.0 < lp - olp < 20.0
+    return -r * a, (-r * a if inside else 0.0)

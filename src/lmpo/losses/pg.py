@@ -43,3 +43,20 @@ def dro(logp, old_logp, adv, mask, *, beta=0.05):
     total = float((pen + x.adv.abs())[x.mask].sum())
     share = float(pen[x.mask].sum()) / total if total > 0 else 0.0
     return x.zero_off_mask(loss), ratio_metrics(x) | {"dro/penalty_grad_frac": share}
+
+
+@LOSSES.register("importance_sampling", default_agg="token-mean",
+                 title="Importance-sampled policy gradient (unclipped)",
+                 source="SkyRL `importance_sampling` (Tinker's loss of that name)",
+                 summary="-r A per token, r = pi / pi_old, no clip: the policy gradient "
+                         "corrected to the sampling policy, with no trust region")
+def importance_sampling(logp, old_logp, adv, mask):
+    """L = -r * A, r = exp(logp - old_logp) (SkyRL's `importance_sampling` policy loss,
+    Tinker's semantics), no clip: dL/dlogp = -r A on every token, however far r has moved.
+
+    SkyRL sums the masked per-token loss after dividing the advantages by its
+    `loss_reduction`'s normaliser (token_mean by default), which is token-mean
+    aggregation: lmpo's default here. rho is clamped to +-20 as every ratio loss clamps it
+    (SkyRL does not clamp this one; the two agree for |rho| <= 20)."""
+    x = prepare(logp, old_logp, adv, mask)
+    return x.zero_off_mask(-x.ratio * x.adv), ratio_metrics(x)

@@ -52,7 +52,8 @@ class FastLlamaDecoder:
         self.lm_head = model.lm_head.weight
         # a simulated FP8 rollout quantises the input of every decoder linear per token
         # (lmpo.rollout.precision); the LM head's input stays as it is
-        self.quant = getattr(model, "lmpo_act_quant", None) or (lambda x: x)
+        self.quant = getattr(model, "lmpo_act_quant", None) or _same
+        quant_layers = set(getattr(model, "lmpo_quant_layers", range(len(model.model.layers))))
         b, dtype = prompt_mask.shape[0], self.embed.dtype
         # cos/sin of every position this batch can reach, computed once (float32, as HF)
         pos = torch.arange(capacity, device=prompt_mask.device, dtype=torch.float32)
@@ -68,7 +69,8 @@ class FastLlamaDecoder:
             "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
             "k": self.embed.new_empty((b, self.kv, capacity, self.d)),
             "v": self.embed.new_empty((b, self.kv, capacity, self.d)),
-        } for layer in model.model.layers]
+            "quant": self.quant if i in quant_layers else _same,
+        } for i, layer in enumerate(model.model.layers)]
         self.length = 0
         # additive key mask: 0 for real tokens, the dtype's minimum for left padding (finite,
         # so a padding query that sees only padding stays finite, as in HF's eager path)
@@ -99,8 +101,8 @@ class FastLlamaDecoder:
         if n > 1:  # causal within the new tokens
             future = torch.ones(n, t + n, dtype=torch.bool, device=x.device).triu(t + 1)
             bias = bias.masked_fill(future, self.neg)  # [B, 1, 1, n, t+n]
-        q8 = self.quant
         for layer in self.layers:
+            q8 = layer["quant"]
             qkv = F.linear(q8(_rms(x, layer["ln1"], self.eps)), layer["qkv"])
             heads = qkv.view(b, n, h + 2 * kv, self.d).transpose(1, 2)  # [B, h+2kv, n, D]
             qk = _rotate(heads[:, :h + kv], cos, sin)  # queries and keys rotated together
@@ -119,3 +121,7 @@ class FastLlamaDecoder:
             x = x + F.linear(q8(F.silu(gate) * up), layer["down"])
         self.length += n
         return F.linear(_rms(x[:, -1], self.final_norm, self.eps), self.lm_head)
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x

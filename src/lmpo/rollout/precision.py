@@ -23,6 +23,9 @@ older version, refreshed before every rollout (the update always stays float32).
   the layers' inputs get the same block format, with the float32 scale per token
   (dynamic) where engines use a calibrated one per tensor: a sample then does not depend
   on its batch, and both decode paths quantise alike.
+
+`rollout.bf16_boundary` keeps the first and the last decoder layers in bfloat16 under
+either format (weights and inputs), as NVFP4 training recipes do.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import copy
 
 import torch
 from torch import nn
+
+from lmpo.errors import ConfigError
 
 QUANTISED = ("fp8_e4m3", "fp4_e2m1")  # the dtypes that quantise the decoder's linears
 E4M3 = torch.float8_e4m3fn
@@ -91,14 +96,27 @@ QUANTISERS = {"fp8_e4m3": (lambda w: fake_quant_e4m3(w, dim=1), fake_quant_e4m3)
               "fp4_e2m1": (fake_quant_nvfp4, _nvfp4_rows)}
 
 
-def quantised_linears(model: nn.Module) -> list[nn.Linear]:
-    """The linear layers a low-bit engine quantises: those inside the decoder layers (the LM
-    head and the embeddings stay in the compute dtype)."""
+def quantised_layers(model: nn.Module, bf16_boundary: bool = False) -> list[int]:
+    """The indices of the decoder layers a low-bit engine quantises: all of them, or with
+    `bf16_boundary` all but the first and the last (NVFP4 recipes keep those in bf16)."""
     layers = getattr(getattr(model, "model", model), "layers", None)
     if layers is None:
         raise ValueError("rollout.dtype fp8_e4m3/fp4_e2m1 need a decoder with .model.layers "
                          f"(a Llama-style model); got {type(model).__name__}")
-    return [m for m in layers.modules() if isinstance(m, nn.Linear)]
+    if not bf16_boundary:
+        return list(range(len(layers)))
+    if len(layers) < 3:
+        raise ConfigError(f"rollout.bf16_boundary keeps the first and last decoder layers in "
+                         f"bf16: it needs >= 3 layers, the model has {len(layers)}")
+    return list(range(1, len(layers) - 1))
+
+
+def quantised_linears(model: nn.Module, bf16_boundary: bool = False) -> list[nn.Linear]:
+    """The linear layers a low-bit engine quantises: those inside the quantised decoder
+    layers (the LM head and the embeddings stay in the compute dtype)."""
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    return [m for i in quantised_layers(model, bf16_boundary) for m in layers[i].modules()
+            if isinstance(m, nn.Linear)]
 
 
 def _input_hook(quant):
@@ -113,7 +131,7 @@ class RolloutModel:
     the live policy, and returns the model to sample with."""
 
     def __init__(self, policy, dtype: str, *, fp8_activations: bool = True,
-                 staleness: int = 0):
+                 staleness: int = 0, bf16_boundary: bool = False):
         self.policy, self.name = policy, dtype
         self.quantised = dtype in QUANTISED  # a simulated low-bit engine (FP8 or FP4)
         self.weight_quant, act_quant = QUANTISERS.get(dtype, (None, None))
@@ -123,7 +141,7 @@ class RolloutModel:
             self.copy = copy.deepcopy(policy).to(self.dtype).eval().requires_grad_(False)
             for name, buf in policy.named_buffers():
                 self.copy.get_buffer(name).data = buf.data.clone()
-        self.linears = quantised_linears(self.copy) if self.quantised else []
+        self.linears = quantised_linears(self.copy, bf16_boundary) if self.quantised else []
         names = {id(p): n for n, p in (self.copy.named_parameters() if self.quantised else ())}
         self.weight_names = [names[id(m.weight)] for m in self.linears]
         live = dict(policy.named_parameters())
@@ -133,6 +151,7 @@ class RolloutModel:
             for m in self.linears:
                 m.register_forward_pre_hook(_input_hook(act_quant))
             self.copy.lmpo_act_quant = act_quant
+            self.copy.lmpo_quant_layers = quantised_layers(self.copy, bf16_boundary)
 
     @property
     def differs(self) -> bool:

@@ -94,6 +94,7 @@ class Runtime:
                    stop_ids=stop_token_ids(policy, tokenizer), reward=reward, device=device,
                    rollout_model=RolloutModel(policy, cfg.rollout.dtype,
                                               fp8_activations=cfg.rollout.fp8_activations,
-                                              staleness=cfg.rollout.staleness),
+                                              staleness=cfg.rollout.staleness,
+                                              bf16_boundary=cfg.rollout.bf16_boundary),
                    filter=build_filter(cfg.rollout, tokenizer.pad_token_id),
                    greedy_baselines=wants_greedy(cfg))

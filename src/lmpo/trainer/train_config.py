@@ -85,6 +85,10 @@ class RolloutConfig:
     """fp8_e4m3 and fp4_e2m1: also quantise the input of every quantised linear layer, per
     token (W8A8 / W4A4, as FP8 and NVFP4 serving do); false = weights only (W8A16 /
     W4A16)."""
+    bf16_boundary: bool = False
+    """fp8_e4m3 and fp4_e2m1: keep the first and the last decoder layers in bfloat16 (their
+    weights and inputs unquantised), as NVFP4 recipes do (the LM head and the embeddings
+    always stay bfloat16); needs >= 3 decoder layers."""
     staleness: int = dom(0, "int [0, inf)")
     """k: sample with the policy as it was k training steps earlier (an asynchronous
     engine's lag), behaviour log-probs from that policy; 0 = on-policy sampling

@@ -15,6 +15,7 @@ from lmpo.registry import nearest
 from lmpo.rewards import build_reward
 from lmpo.rewards.multi import fn_name
 from lmpo.rollout import list_controllers, list_corrections
+from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
 from lmpo.trainer.greedy import wants_greedy
 from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
@@ -117,6 +118,9 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
          f"prompts a step, more than rollout.pool_size {r.pool_size} holds (each step would "
          "train on the whole pool, not the batch asked for): lower rollout.batch_size or "
          "raise rollout.pool_size"),
+        (not r.bf16_boundary or r.dtype in QUANTISED,
+         f"rollout.bf16_boundary keeps layers out of FP8/FP4 quantisation: it needs "
+         f"rollout.dtype fp8_e4m3 or fp4_e2m1, got {r.dtype}"),
         (r.correction.kind is not None or not r.correction.hparams,
          f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
     ]
