@@ -235,7 +235,7 @@ def bad_inputs(tmp_path, policy) -> list[tuple[list[str], str]]:
                                       "shipped preset or the defaults) would apply: "
                                       "rollout.clusters=['t3d1']; set each"),
         ([*run, f"reward.fn={raising}:reward"], "cannot score this one on held-out problem 0"),
-        ([*run, f"reward.fn={nan_fn}:reward"], "returned nan (not a finite number or None)"),
+        ([*run, f"reward.fn={nan_fn}:reward"], "returned nan (not a finite number within +-1e+06, or None)"),
         ([*run, "espo.beta=1"], "config key 'espo' was replaced by `controller"),
         ([*run, "controller={name: espo}"], "needs the critic's per-step values"),
         ([*run, "rollout.dtype=fp4"], "rollout.dtype 'fp4' unknown; valid: float32, "
@@ -308,7 +308,7 @@ def test_random_overrides_fail_in_one_line_before_any_file_or_run_one_step(tiny_
 
     keys = [k for k in schema_keys() if k not in SKIP and not k.startswith("log.tensor")]
     rng, start, ran, refused = random.Random(0), time.perf_counter(), 0, 0
-    for case in range(200):
+    for case in range(400):  # refusals take ms: draws enough valid ones in the time
         if time.perf_counter() - start > 25:
             break
         overrides = [f"{key}={rng.choice(POOL)}" for key in rng.sample(keys, rng.randint(1, 3))]

@@ -28,11 +28,14 @@ def import_user_modules(specs: list[str], what: str = "imports") -> list:
                 module_spec = importlib.util.spec_from_file_location(name, path)
                 module = importlib.util.module_from_spec(module_spec)
                 sys.modules[name] = module
-                try:
+                quiet, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+                try:  # no __pycache__ left in the user's folder
                     module_spec.loader.exec_module(module)
                 except BaseException:
                     del sys.modules[name]
                     raise
+                finally:
+                    sys.dont_write_bytecode = quiet
                 modules.append(module)
             else:
                 modules.append(importlib.import_module(spec))
