@@ -235,7 +235,8 @@ def bad_inputs(tmp_path, policy) -> list[tuple[list[str], str]]:
                                       "shipped preset or the defaults) would apply: "
                                       "rollout.clusters=['t3d1']; set each"),
         ([*run, f"reward.fn={raising}:reward"], "cannot score this one on held-out problem 0"),
-        ([*run, f"reward.fn={nan_fn}:reward"], "returned nan (not a finite number within +-1e+06, or None)"),
+        ([*run, f"reward.fn={nan_fn}:reward"],
+         "returned nan (not a finite number within +-1e+06, or None)"),
         ([*run, "espo.beta=1"], "config key 'espo' was replaced by `controller"),
         ([*run, "controller={name: espo}"], "needs the critic's per-step values"),
         ([*run, "rollout.dtype=fp4"], "rollout.dtype 'fp4' unknown; valid: float32, "
