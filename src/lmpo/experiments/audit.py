@@ -32,6 +32,8 @@ from lmpo.experiments.engagement import (
 from lmpo.experiments.keys import NEVER_COUNT, covered
 from lmpo.experiments.labels import judge
 from lmpo.experiments.multiplicity import family_size, holm_adjust, step_down_alphas
+from lmpo.experiments.premises import gate
+from lmpo.experiments.premises import status as premise_status
 from lmpo.experiments.stats import (
     ALPHA,
     EFFECTIVE,
@@ -240,6 +242,9 @@ def judge_claims(data: dict) -> list[dict]:
     floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
     prepared = [prepare(claim, data, flats, means, floor) for claim in exp.claims]
     families = family_levels([(p["claim"].get("role", "headline"), p["p"]) for p in prepared])
+    families = [(ALPHA, None, {"family": "premise", "family_size": 1})
+                if p["claim"].get("role") == "premise" else f  # each on its own interval
+                for p, f in zip(prepared, families, strict=True)]
     looks = sequential_looks(exp, prepared)
     results = []
     for i, (p, (alpha, p_adj, family)) in enumerate(zip(prepared, families, strict=True)):
@@ -269,6 +274,13 @@ def judge_claims(data: dict) -> list[dict]:
                         "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
                         "statistic": claim.get("statistic"), "margin": claim.get("margin"),
                         "arms": claim.get("base_arms", claim["arms"])} | result)
+        if claim.get("role") == "premise":
+            state, why = premise_status(results[-1], claim)
+            results[-1] |= {"premise_status": state, "first": results[-1]["verdict"],
+                            "verdict": state, "reason": why or results[-1].get("reason"),
+                            "source": claim["source"], "gates": claim["gates"],
+                            "premise_index": claim["premise_index"]}
+    gate(results)
     return results
 
 

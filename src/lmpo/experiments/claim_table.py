@@ -137,8 +137,29 @@ def card(i: int, c: dict) -> list[str]:
             f"- engagement: {shown_engagement(c)}", ""]
 
 
+def premise_lines(premises: list[dict]) -> list[str]:
+    """The premises, judged per level before the claims (lmpo.experiments.premises)."""
+    if not premises:
+        return []
+    lines = ["", "## Premises", "",
+             "What must hold here for the paper's claims to be tested, each judged on its "
+             "own 95% interval (not adjusted with the claims). A claim gated by a premise "
+             "that failed reads \"premise not met\", by an undecided one \"premise "
+             "undecided\".", "",
+             "| # | premise | status | value [95% CI] | gates claims | source |",
+             "|---|---|---|---|---|---|"]
+    for c in premises:
+        why = f" ({c['reason']})" if c.get("reason") and c["verdict"] != "met" else ""
+        gates = ", ".join(str(g + 1) for g in c["gates"])
+        lines.append(f"| {c['premise_index'] + 1} | {claim_cell(c)} | **{c['verdict']}**"
+                     f"{why} | {effect_text(c)} | {gates} | {c['source']} |")
+    return lines + [""]
+
+
 def claim_lines(claims: list[dict]) -> list[str]:
-    lines = ["", "## Claims", ""]
+    premises = [c for c in claims if c.get("role") == "premise"]
+    claims = [c for c in claims if c.get("role") != "premise"]
+    lines = premise_lines(premises) + ["", "## Claims", ""]
     if not claims:
         return lines + ["No claims in this experiment."]
     lines += [f"This experiment makes {len(claims)} claims. Each label comes from Holm's "

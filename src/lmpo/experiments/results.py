@@ -42,7 +42,7 @@ def load(path: str | Path) -> dict:
 def readme_rows(rep: dict, paper: str, link: str) -> list[str]:
     """One row per claim of `rep` (docs/results.md's tables)."""
     rows = []
-    for c in rep["claims"]:
+    for c in (c for c in rep["claims"] if c.get("role") != "premise"):
         sentence, claim = (x.replace("|", "\\|") for x in (c["sentence"], c["claim"]))
         at = f"`{c['level']}` " if c.get("level") else ""
         rows.append(f"| {paper} | {sentence}; {at}`{claim}` | {shown_verdict(c)} | "

@@ -56,7 +56,8 @@ from lmpo.yamlfile import read_yaml_file
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
-RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions")
+RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions",
+            "premises")
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Arm:
     preset: str
     overrides: dict = field(default_factory=dict)
     levels: list[str] | None = None  # with conditions: the levels it runs at (None: all)
+    seed_offset: int = 0  # its run k trains with seed k + seed_offset (a premise's own seeds)
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Experiment:
     flat: bool = False  # arms are the runs' `arm@level` (see `expand`)
     # seeds until decided: {first, start, max, step}; `seeds` then holds the looks taken
     design: dict | None = None
+    # what must hold for the claims to be tested here (lmpo.experiments.premises)
+    premises: list[dict] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -96,6 +100,7 @@ class Experiment:
         return {"name": self.name, "description": self.description, "base": self.base,
                 "arms": {a.name: {"preset": a.preset, "overrides": a.overrides}
                          | ({"levels": a.levels} if a.levels is not None else {})
+                         | ({"seed_offset": a.seed_offset} if a.seed_offset else {})
                          for a in self.arms},
                 "seeds": self.design or self.seeds, "steps": self.steps,
                 "differs_in": self.differs_in,
@@ -107,7 +112,8 @@ class Experiment:
                 name: {"dose": lv["dose"]} | lv["overrides"]
                 for name, lv in self.conditions["levels"].items()}}}
                if self.conditions else {}) \
-            | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {})
+            | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {}) \
+            | ({"premises": self.premises} if self.premises else {})
 
     def arm_levels(self, name: str) -> list[str | None]:
         """The levels an arm runs at ([None] without conditions)."""
@@ -147,7 +153,8 @@ class Experiment:
             return self
         names = level_names(self.conditions) or [None]
         arms = [Arm(run_arm(a.name, lv), a.preset, merge(
-            a.overrides, self.conditions["levels"][lv]["overrides"]) if lv else a.overrides)
+            a.overrides, self.conditions["levels"][lv]["overrides"]) if lv else a.overrides,
+            seed_offset=a.seed_offset)
             for lv in names for a in self.arms if lv in self.arm_levels(a.name)]
         primaries = any(c.get("primary") for c in self.claims)
         claims = []
@@ -166,6 +173,12 @@ class Experiment:
                 claims.append(claim | extra | {
                     "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
                     "role": role, "base_arms": claim["arms"]})
+        for i, premise in enumerate(self.premises):  # judged per level, after the claims
+            for lv in self.claim_levels(premise, f"premises[{i}]"):
+                claims.append(premise | {
+                    "arms": [run_arm(a, lv) for a in premise["arms"]], "level": lv,
+                    "role": "premise", "index": i, "premise_index": i,
+                    "base_arms": premise["arms"]})
         return replace(self, arms=arms, claims=claims, flat=True,
                        differs_in=self.differs_in + level_keys(self.conditions))
 
@@ -192,7 +205,8 @@ def _seeds(value, where: str) -> list[int]:
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
-               "claims", "effective_tolerance", "frontier", "conditions", "engaged_floor"}
+               "claims", "effective_tolerance", "frontier", "conditions", "engaged_floor",
+               "premises"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
@@ -205,12 +219,18 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
     for arm_name, spec in arms_raw.items():
         check_name(arm_name, "an arm", where)
         if not isinstance(spec, dict) or "preset" not in spec or \
-                set(spec) - {"preset", "overrides", "levels"}:
+                set(spec) - {"preset", "overrides", "levels", "seed_offset"}:
             raise ConfigError(f"{where}: arm {arm_name!r} must be {{preset: NAME, overrides: "
-                              f"{{...}}, levels: [...] (optional)}}, got {spec!r}")
+                              f"{{...}}, levels: [...], seed_offset: N (both optional)}}, got "
+                              f"{spec!r}")
+        offset = spec.get("seed_offset", 0)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"{where}: arm {arm_name!r}: seed_offset must be an int >= 0, "
+                              f"got {offset!r}")
         arms.append(Arm(str(arm_name), str(spec["preset"]), dict(spec.get("overrides") or {}),
                         [str(lv) for lv in spec["levels"]]
-                        if isinstance(spec.get("levels"), list) else spec.get("levels")))
+                        if isinstance(spec.get("levels"), list) else spec.get("levels"),
+                        seed_offset=offset))
     steps = data.get("steps")
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"{where}: steps must be an int >= 1, got {steps!r}")
@@ -262,11 +282,18 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                               f"of the experiment's conditions ({', '.join(names) or 'none'}), "
                               f"got {arm.levels!r}")
     from lmpo.experiments.claims import check_claim
+    from lmpo.experiments.premises import check_premise_reads, check_premises
 
     for i, claim in enumerate(exp.claims):
         check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]", exp.conditions)
         if exp.conditions:
             exp.claim_levels(claim, f"{where}: claims[{i}]")
+    exp.premises = check_premises(data.get("premises"), [a.name for a in arms],
+                                  len(exp.claims), where, exp.conditions)
+    check_premise_reads(exp.premises, exp.claims, where)
+    for i, premise in enumerate(exp.premises):
+        if exp.conditions:
+            exp.claim_levels(premise, f"{where}: premises[{i}]")
     return exp
 
 
@@ -320,7 +347,7 @@ def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
         raise ConfigError(f"experiment {exp.name!r} has conditions: its runs are the arms of "
                           "exp.expand() (`arm@level`)")
     data = merge(merge(read_yaml(arm.preset, "train"), exp.base), arm.overrides)
-    data = merge(data, {"steps": exp.steps, "seed": seed})
+    data = merge(data, {"steps": exp.steps, "seed": seed + arm.seed_offset})
     if threads is not None:
         data["threads"] = threads
     if comparators:
