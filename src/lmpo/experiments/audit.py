@@ -166,7 +166,12 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
     floor = float(claim.get("engaged_floor", floor))
     if claim["kind"] == "dose_response":
         return prepare_dose(claim, data, flats, means, floor)
-    per_arm = {arm: seed_values(data, arm, claim["metric"], reduce, k) for arm in claim["arms"]}
+    unreached: dict = {}
+    if "matched" in claim:
+        per_arm, unreached = matched_values(data, claim)
+    else:
+        per_arm = {arm: seed_values(data, arm, claim["metric"], reduce, k)
+                   for arm in claim["arms"]}
     seeds, a, b = claim_values(claim, per_arm, exp.seeds)
     eng = claim_engagement(data, claim, flats, floor, claim_pairs(claim))
     fixed, failure = engagement(claim, data)
@@ -175,7 +180,27 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
     return {"claim": claim, "seeds": seeds, "a": a, "b": b, "p": claim_p(claim, a, b),
             "confounded": claim_audits(claim, arm_pairs(claim), exp, flats, means),
             "engagement": eng, "fixed": fixed, "not_engaged": reason,
-            "engine": unlogged_by(data, claim, per_arm)}
+            "engine": unlogged_by(data, claim, per_arm), "unreached": unreached}
+
+
+def matched_values(data: dict, claim: dict) -> tuple[dict, dict]:
+    """({arm: {seed: the metric where the run's drift first reaches the level}}, {arm:
+    [the finished seeds whose run never reaches it]}): a matched claim's values."""
+    from lmpo.experiments.frontier import curve, read_at
+
+    m = claim["matched"]
+    per_arm, unreached = {}, {}
+    for arm in claim["arms"]:
+        per_arm[arm] = {}
+        for seed in finished_rows(data, arm):
+            run = data["runs"][(arm, seed)]
+            value = read_at(curve(run["rows"], run["before_row"], m["x"], claim["metric"],
+                                  int(m.get("window", 10))), float(m["level"]))
+            if math.isnan(value):
+                unreached.setdefault(arm, []).append(seed)
+            else:
+                per_arm[arm][seed] = value
+    return per_arm, unreached
 
 
 def prepare_dose(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> dict:
@@ -266,6 +291,8 @@ def judge_claims(data: dict) -> list[dict]:
                        "dose_range": p["dose_range"], "x": claim.get("x")}
         if p["engine"]:
             result["verdict"] = f"not logged by {p['engine']}: {claim['metric']}"
+        if p.get("unreached"):
+            result["unreached"] = p["unreached"]
         named = claim | {"arms": claim.get("base_arms", claim["arms"])}
         results.append({"claim": describe_claim(named), "sentence": claim["sentence"],
                         "kind": claim["kind"], "seeds": p["seeds"], "engaged": p["fixed"],

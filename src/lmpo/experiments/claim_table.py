@@ -130,9 +130,13 @@ def card(i: int, c: dict) -> list[str]:
               if improve is not None and c["kind"] != "dose_response" else "")
     power = f"MDE {amount(c.get('mde'), **u)}" + (
         f" (min_effect {amount(c['min_effect'], **u)})" if c.get("min_effect") else "")
+    missing = c.get("unreached") or {}
+    left = ("; never reached the drift level, left out: " + ", ".join(
+        f"{arm} seeds {', '.join(map(str, seeds))}" for arm, seeds in missing.items())
+        if missing else "")
     return [f"### {i}. {claim_cell(c)}", "", f"> {sentence}", "",
             f"- **verdict**: {shown_verdict(c)}",
-            f"- effect: {effect_text(c)} (95%, n = {c['n']}{better})",
+            f"- effect: {effect_text(c)} (95%, n = {c['n']}{better}{left})",
             f"- test: {test_line(c)}", f"- power: {power}",
             f"- engagement: {shown_engagement(c)}", ""]
 

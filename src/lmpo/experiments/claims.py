@@ -41,7 +41,8 @@ from lmpo.experiments.stats import (
 
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
-            "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary", "x"}
+            "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary", "x",
+            "matched"}
 
 
 def mediators(claim: dict) -> list[str]:
@@ -90,6 +91,7 @@ def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | Non
     if statistics and claim.get("statistic", "difference") not in statistics:
         raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
     check_arms(claim, arms, where)
+    check_matched(claim, where)
     if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
         raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
     if claim.get("reduce", "final") not in REDUCERS:
@@ -100,6 +102,27 @@ def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | Non
     from lmpo.experiments.conditions import claim_levels
 
     claim_levels(claim, conditions or {}, where)
+
+
+def check_matched(claim: dict, where: str) -> None:
+    """`matched: {x: kl/ref, level: 0.3, window: 10}`: the metric is read, per run, where
+    its drift `x` (the training mean over `window` steps) first reaches `level`
+    (lmpo.experiments.frontier.read_at), not reduced over the run."""
+    if "matched" not in claim:
+        return
+    m = claim["matched"]
+    if claim["kind"] not in ("direction", "threshold", "equivalence"):
+        raise ConfigError(f"{where}: matched reads a direction, threshold or equivalence "
+                          "claim at a drift level")
+    if not isinstance(m, dict) or set(m) - {"x", "level", "window"} or \
+            not isinstance(m.get("x"), str) or isinstance(m.get("level"), bool) or \
+            not isinstance(m.get("level"), int | float) or not m["level"] > 0 or \
+            not isinstance(m.get("window", 10), int) or m.get("window", 10) < 1:
+        raise ConfigError(f"{where}: matched is {{x: METRIC, level: > 0, window: int >= 1}}, "
+                          f"got {m!r}")
+    if "reduce" in claim:
+        raise ConfigError(f"{where}: a matched claim reads its metric at the drift level; "
+                          "it takes no reduce")
 
 
 def check_dose_response(claim: dict, arms: list[str], where: str, conditions: dict) -> None:
@@ -222,6 +245,8 @@ def describe_claim(claim: dict) -> str:
                            "sum": " (summed over the run)"}.get(
         claim.get("reduce", "final"), "")
     kind = claim["kind"]
+    if "matched" in claim:
+        m += f" at {claim['matched']['x']} = {claim['matched']['level']:g}"
     if kind == "dose_response":
         return (f"{m}: slope of ({a} - {b}) over the dose "
                 f"{'>' if claim['expect'] == 'greater' else '<'} 0")

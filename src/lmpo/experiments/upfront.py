@@ -63,6 +63,8 @@ def read_metrics(flat) -> list[tuple[str, str, list[str]]]:
         out.append((where, claim["metric"], arms))
         if "x" in claim:
             out.append((f"{where}.x", claim["x"], arms))
+        if "matched" in claim:
+            out.append((f"{where}.matched.x", claim["matched"]["x"], arms))
         level = claim.get("level")
         for i, entry in enumerate(claim.get("engaged", [])):
             arm = entry["arm"] if level is None else f"{entry['arm']}@{level}"
