@@ -35,7 +35,7 @@ def by_hand(seed: int, arm: str) -> tuple[list[dict], float]:
         return rows_of(kl, reward), float("nan")
     # the first evaluation with kl >= 0.3 and the one before it
     evals = [(0, 0.0, 0.9)] + [(t, kl[t - 1], reward[t]) for t in (2, 4, 6, 8)]
-    for (s0, x0, y0), (s1, x1, y1) in zip(evals, evals[1:], strict=False):
+    for (_, x0, y0), (_, x1, y1) in zip(evals, evals[1:], strict=False):
         if x1 >= 0.3:
             return rows_of(kl, reward), y0 + (y1 - y0) * (0.3 - x0) / (x1 - x0)
     raise AssertionError

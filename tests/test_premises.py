@@ -78,6 +78,20 @@ def test_a_premise_gates_the_claims_at_its_level(tmp_path, tiny_policy_dir, entr
     assert text.index("## Premises") < text.index("## Claims") and "the paper, Fig. 2" in text
 
 
+def test_a_gain_premise_reads_the_evaluation_before_training(tmp_path, tiny_policy_dir):
+    """reduce: gain is the last value minus the evaluation before training (eval.json's
+    `before`): "GRPO gains >= 5 points" judged on the premise arm's own seeds."""
+    from lmpo.experiments.report import report
+
+    gain = premise(0.05, metric="eval/accuracy_trained", reduce="gain", expect="above",
+                   sentence="GRPO learns here")
+    out, _ = sweep(tmp_path, tiny_policy_dir, [gain], [0.5] * 6)
+    rep = json.loads(report(out).with_suffix(".json").read_text())
+    judged = rep["claims"][1]
+    assert judged["effect"] == pytest.approx(0.5 - 0.1)  # final 0.5, before 0.1
+    assert judged["premise_status"] == MET
+
+
 def test_a_premise_on_the_numbers_its_claims_use_is_refused():
     data = {"arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}}, "steps": 2,
             "differs_in": ["loss"], "claims": [CLAIM],

@@ -52,9 +52,12 @@ def finished_rows(data: dict, arm: str) -> dict[int, list[dict]]:
 
 
 def seed_values(data: dict, arm: str, metric: str, reduce: str, k: int = 20) -> dict[int, float]:
-    """{seed: value} over the arm's finished runs that logged `metric`."""
+    """{seed: value} over the arm's finished runs that logged `metric` ("gain" reads the
+    run's evaluation before training as its first row)."""
     out = {}
     for seed, rows in finished_rows(data, arm).items():
+        if reduce == "gain":
+            rows = [data["runs"][(arm, seed)]["before_row"], *rows]
         try:
             out[seed] = reduce_metric(rows, metric, reduce, k)
         except KeyError:

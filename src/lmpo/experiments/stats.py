@@ -34,7 +34,7 @@ POWER = 0.8
 SEED = 0
 MIN_SEEDS = 3
 REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
-            "sum")
+            "sum", "gain")
 EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
           "equivalence": (None,), "spread": ("lower", "higher"),
           "dose_response": ("greater", "less")}
@@ -66,7 +66,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     last k's mean sits above the lowest mean of k consecutive values anywhere in the run
     ("rebound": 0 for a trace that ends at its low), its ratio to the mean of the first k
     ("last_over_first"), its largest or smallest value ("max": a spike; "min"), its mean
-    over the run ("mean") or its sum ("sum")."""
+    over the run ("mean") or its sum ("sum"); its last value minus its first ("gain": with
+    the evaluation before training as the first row, what training added)."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
     if not values:
         raise KeyError(f"metric {metric!r} was never logged")
@@ -74,7 +75,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     simple = {"final": lambda: x[-1], "last_k": lambda: x[-k:].mean(),
               "first_k": lambda: x[:k].mean(), "max": x.max,
               "min": x.min, "mean": x.mean, "sum": x.sum,
-              "last_over_first": lambda: x[-k:].mean() / x[:k].mean()}
+              "last_over_first": lambda: x[-k:].mean() / x[:k].mean(),
+              "gain": lambda: x[-1] - x[0]}
     if reduce in simple:
         return float(simple[reduce]())
     if reduce == "rebound":
