@@ -156,3 +156,22 @@ def test_the_bf16_boundary_needs_a_quantised_rollout(tiny_policy_dir):
                                           "fp8_e4m3 or fp4_e2m1, got bfloat16"):
         load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}", "rollout.dtype=bfloat16",
                                           "rollout.bf16_boundary=true"]).validate()
+
+
+def test_a_short_run_with_fp4_rollouts_and_the_bf16_boundary(tiny_policy_dir, tmp_path):
+    """Three steps with NVFP4 rollouts that keep the boundary layers in bf16: the run logs
+    the rollout's mismatch against the float32 policy, which is non-zero and smaller than
+    with every layer quantised (same seed, same first batch)."""
+    from lmpo.trainer.checkpoint import read_rows
+    from lmpo.trainer.loop import train
+    from tests.test_robustness import tiny
+
+    gaps = {}
+    for edge in (True, False):
+        cfg = tiny(tiny_policy_dir, "steps=3", "rollout.dtype=fp4_e2m1",
+                   f"rollout.bf16_boundary={str(edge).lower()}")
+        train(cfg, tmp_path / str(edge), progress=False)
+        rows = read_rows(tmp_path / str(edge) / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        gaps[edge] = rows[0]["rollout/logp_mismatch"]
+    assert 0 < gaps[True] < gaps[False]
