@@ -121,3 +121,23 @@ def test_the_status_of_each_label():
     assert status({"verdict": "negligible"})[0] == FAILED
     assert status({"verdict": "insufficient seeds", "reason": "2 seeds"}) == (
         UNDECIDED, "insufficient seeds: 2 seeds")
+
+
+def test_a_premise_against_another_level_reads_the_arm_at_both(tmp_path, tiny_policy_dir):
+    """versus: L0 compares the premise arm at each other level with itself at L0, paired
+    by seed (a precision that hurts GRPO: its accuracy there below its bf16 accuracy)."""
+    data = {"arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"},
+                     "b_premise": {"preset": "grpo", "seed_offset": 1000}}, "steps": 2,
+            "differs_in": ["loss"], "claims": [CLAIM],
+            "conditions": {"axis": "precision", "levels": {
+                "L0": {"dose": 0}, "L1": {"dose": 1, "rollout": {"dtype": "bfloat16"}}}},
+            "premises": [{"kind": "direction", "metric": "eval/accuracy_trained",
+                          "arms": ["b_premise"], "versus": "L0", "expect": "less",
+                          "sentence": "b is hurt here", "source": "the paper"}]}
+    exp = parse_experiment(data, "x", "x.yaml")
+    judged = [c for c in exp.expand().claims if c.get("role") == "premise"]
+    assert [(c["level"], c["arms"]) for c in judged] == [
+        ("L1", ["b_premise@L1", "b_premise@L0"])]
+    data["premises"][0]["versus"] = "L9"
+    with pytest.raises(ConfigError, match="versus names a condition level"):
+        parse_experiment(data, "x", "x.yaml")

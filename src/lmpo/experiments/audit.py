@@ -287,8 +287,10 @@ def judge_claims(data: dict) -> list[dict]:
             p_adj = min(1.0, claim_p(judged, a, b) * ALPHA / alpha) if n >= 3 else None
             extra = {"family": "headline (sequential)", "look": look["look"] + 1,
                      "sequential": look["status"], "family_size": len(looks)}
-        result = judge(judged, a, b, confounded=p["confounded"],
-                       not_engaged=p["not_engaged"], alpha=alpha, p_adj=p_adj) | family | extra
+        audited = claim.get("role") != "premise"  # a premise reads the setting, not a method
+        result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
+                       not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
+                       p_adj=p_adj) | family | extra
         if claim["kind"] == "dose_response":
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}

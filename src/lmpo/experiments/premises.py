@@ -14,6 +14,14 @@
         gates: [0, 1]                   # the claims it gates (default: every claim)
         at: L0                          # with conditions: as a claim's (default: all)
 
+      - kind: direction                 # one arm at each level against itself at L0
+        metric: eval/accuracy_trained
+        arms: [grpo_premise]
+        versus: L0
+        expect: less
+        sentence: "GRPO is less accurate under this precision than under bf16"
+        source: "..."
+
 A premise is judged per level on its own 95% interval, not adjusted with the paper's
 claims: **met** (the interval lies on the premise's side of its bound, or the direction
 holds), **failed** (the interval lies on the other side, or a direction premise is
@@ -61,8 +69,21 @@ def check_premises(premises, arms: list[str], n_claims: int, where: str,
                 for g in gates):
             raise ConfigError(f"{at}: gates must list claim indices in [0, {n_claims}), got "
                               f"{gates!r}")
-        claim = {k: v for k, v in premise.items() if k not in ("source", "gates")}
-        check_claim(claim, arms, at, conditions)
+        claim = {k: v for k, v in premise.items() if k not in ("source", "gates", "versus")}
+        versus = premise.get("versus")
+        if versus is not None:  # an arm at each level against itself at `versus`
+            levels = list((conditions or {}).get("levels") or {})
+            if versus not in levels or claim.get("kind") != "direction" or not (
+                    isinstance(claim.get("arms"), list) and len(claim["arms"]) == 1):
+                raise ConfigError(f"{at}: versus names a condition level ({', '.join(levels)}"
+                                  " or none) and takes a direction premise on one arm, read "
+                                  "at each other level against itself at that level")
+            (arm,) = claim["arms"]
+            other = f"{arm}@{versus}"  # the same arm at `versus`, as expand() names it
+            check_claim(claim | {"arms": [arm, other]}, [*arms, other], at, conditions)
+            claim = claim | {"versus": versus}
+        else:
+            check_claim(claim, arms, at, conditions)
         out.append(claim | {"source": source, "gates": list(gates)})
     return out
 

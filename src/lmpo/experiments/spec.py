@@ -174,11 +174,17 @@ class Experiment:
                     "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
                     "role": role, "base_arms": claim["arms"]})
         for i, premise in enumerate(self.premises):  # judged per level, after the claims
+            versus = premise.get("versus")
             for lv in self.claim_levels(premise, f"premises[{i}]"):
+                if versus is not None and lv == versus:
+                    continue  # an arm against itself at `versus`: the other levels
+                reads = [run_arm(a, lv) for a in premise["arms"]] + (
+                    [run_arm(premise["arms"][0], versus)] if versus is not None else [])
+                named = premise["arms"] + ([f"{premise['arms'][0]}@{versus}"]
+                                           if versus is not None else [])
                 claims.append(premise | {
-                    "arms": [run_arm(a, lv) for a in premise["arms"]], "level": lv,
-                    "role": "premise", "index": i, "premise_index": i,
-                    "base_arms": premise["arms"]})
+                    "arms": reads, "level": lv, "role": "premise", "index": i,
+                    "premise_index": i, "base_arms": named})
         return replace(self, arms=arms, claims=claims, flat=True,
                        differs_in=self.differs_in + level_keys(self.conditions))
 
