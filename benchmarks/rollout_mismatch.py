@@ -37,9 +37,11 @@ VARIANTS = {"float32": ("float32", True), "bfloat16": ("bfloat16", True),
             "fp4_e2m1": ("fp4_e2m1", True)}
 
 
-def mismatch(policy, tok, prompts, dtype, activations, max_new, seed, scorer=None) -> dict:
+def mismatch(policy, tok, prompts, dtype, activations, max_new, seed, scorer=None,
+             bf16_boundary=False) -> dict:
     """Samples of `policy` in `dtype`, scored by `scorer` (default: `policy`) in float32."""
-    model = RolloutModel(policy, dtype, fp8_activations=activations)()
+    model = RolloutModel(policy, dtype, fp8_activations=activations,
+                         bf16_boundary=bf16_boundary)()
     scorer = scorer or policy
     r = sample(model, prompts, max_new_tokens=max_new, temperature=1.0,
                eos_token_id=stop_token_ids(policy, tok), pad_token_id=tok.pad_token_id,
