@@ -127,8 +127,23 @@ def test_kl_estimators_hand_values():
     k3 = [math.exp(-x) + x - 1 for x in d]
     want = torch.tensor(k3, dtype=torch.float64)
     torch.testing.assert_close(kl_penalty(logp, ref, "k3")[0], want)
-    with pytest.raises(ValueError, match="valid kinds: k1, k2, k3"):
+    torch.testing.assert_close(kl_penalty(logp, ref, "abs")[0],
+                               torch.tensor([abs(x) for x in d], dtype=torch.float64))
+    with pytest.raises(ValueError, match="valid kinds: k1, k2, k3, abs, k1\\+, k3\\+, abs\\+"):
         kl_penalty(logp, ref, "k4")
+
+
+@pytest.mark.parametrize("kind", ["k1+", "k3+", "abs+"])
+def test_a_straight_through_kl_has_its_estimators_value_and_k2s_gradient(kind):
+    """verl's `k1+`, `low_var_kl+`, `abs+`: forward the base estimator, backward k2's
+    d/dlogp (logp - ref)^2 / 2 = logp - ref."""
+    logp = torch.tensor([[-1.0, -2.5, -0.2]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, -0.2]], dtype=torch.float64)
+    got = kl_penalty(logp, ref, kind)
+    torch.testing.assert_close(got.detach(), kl_penalty(logp.detach(), ref, kind[:-1]),
+                               rtol=0, atol=0)
+    (g,) = torch.autograd.grad(got.sum(), logp)
+    torch.testing.assert_close(g, (logp - ref).detach(), rtol=0, atol=1e-15)
 
 
 def test_k3_is_clamped_and_gradient_is_closed_form():

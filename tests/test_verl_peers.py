@@ -289,3 +289,27 @@ def test_verls_bypass_reinforce_with_sequence_is_is_reinforce_seq_is(threshold, 
     plugin = core_algos.get_policy_loss_fn("lmpo_reinforce_seq_is")(old, logp, adv, mask, mode,
                                                                     cfg)[0]
     torch.testing.assert_close(plugin, theirs.detach(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("mine,theirs", [("k1", "kl"), ("k2", "mse"), ("k3", "low_var_kl"),
+                                         ("abs", "abs"), ("k1+", "k1+"),
+                                         ("k3+", "low_var_kl+"), ("abs+", "abs+")])
+def test_every_kl_kind_equals_verls_value_and_gradient(mine, theirs):
+    """lmpo's KL kinds against verl's `core_algos.kl_penalty` under the name
+    `lmpo compare --engine verl` writes for each (value and gradient, float64)."""
+    from lmpo.experiments.verl_launch import KL_KINDS
+    from lmpo.losses import kl_penalty
+
+    assert KL_KINDS[mine] == theirs
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(4, 7, generator=g, dtype=torch.float64) - 2
+    base = ref + 0.7 * torch.randn(4, 7, generator=g, dtype=torch.float64)
+    outs = []
+    for fn in (lambda lp: kl_penalty(lp, ref, mine),
+               lambda lp: core_algos.kl_penalty(lp, ref, theirs)):
+        logp = base.clone().requires_grad_(True)
+        value = fn(logp)
+        (grad,) = torch.autograd.grad(value.sum(), logp)
+        outs.append((value.detach(), grad))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=1e-15)
+    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=0, atol=1e-15)

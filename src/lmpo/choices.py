@@ -5,7 +5,7 @@ read them from here."""
 ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp4_e2m1")
 UPDATE_DTYPES = ("float32", "bfloat16")
 SAMPLER_KINDS = ("shuffled", "clustered", "easy_to_hard")
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "k2", "k3", "abs", "k1+", "k3+", "abs+")
 KL_MODES = ("loss", "reward")
 OLD_LOGP = ("rollout", "recompute")
 REWARD_SCALES = ("none", "pm1")

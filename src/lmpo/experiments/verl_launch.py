@@ -37,7 +37,8 @@ from lmpo.losses import default_aggregation, loss_hparams, loss_meta
 LOSS_TARGET = "lmpo.integrations.verl.LmpoPolicyLossConfig"
 VERL_LOG = "verl.jsonl"  # verl's FileLogger output in an lmpo run directory
 ENTRYPOINT = "python -m verl.trainer.main_ppo"  # what starts verl's trainer
-KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # lmpo estimator -> verl's name
+KL_KINDS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs", "k1+": "k1+",
+            "k3+": "low_var_kl+", "abs+": "abs+"}  # lmpo estimator -> verl's name
 FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}  # optim.dtype -> verl's precision name
 # what the user supplies: the model, the machines, the per-GPU micro-batch (memory), and
 # the rollout engine (verl 0.9 has vLLM and SGLang; vllm is written, change it freely)

@@ -195,6 +195,8 @@ class KLConfig:
     coef: float = dom(0.0, "[0, inf)")
     """Strength of the KL to the frozen reference policy (0 = no reference model)."""
     kind: str = dom("k3", one_of(KL_KINDS))
+    """k1 | k2 | k3 (verl's low_var_kl) | abs; with `+` (k1+, k3+, abs+: verl's
+    straight-through kinds) the value of that estimator and the gradient of k2."""
     mode: str = dom("loss", one_of(KL_MODES))
     """"loss": add coef * KL as a loss term; "reward": subtract coef * k1 from token rewards
     (PPO-style, only for the actor-critic family)."""
