@@ -37,3 +37,10 @@ def drpo(lp, olp, a, *, delta=12.5):
     value = -r * a + abs(a) * q * (r - 1) ** 2 / (2 * delta)
     grad = -a * r + abs(a) * q * (r - 1) * r / delta
     return value, grad
+
+
+@reference("spo", cases=[{}, {"eps": 0.05}])
+def spo(lp, olp, a, *, eps=0.2):
+    r = ratio(lp, olp)
+    return -r * a + abs(a) * (r - 1) ** 2 / (2 * eps), -a * r + abs(a) * (r - 1) * r / eps
+

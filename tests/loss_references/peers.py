@@ -132,3 +132,9 @@ def importance_sampling(lp, olp, a):
     r = ratio(lp, olp)
     inside = -20.0 < lp - olp < 20.0
     return -r * a, (-r * a if inside else 0.0)
+
+
+@reference("cross_entropy")
+def cross_entropy(lp, olp, a):
+    return -lp, -1.0
+

@@ -122,3 +122,20 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
         "drpo/penalty_mean": x.mean(penalty.detach()),
     }
     return x.zero_off_mask(loss), metrics
+
+
+@LOSSES.register("spo", default_agg="seq-mean-token-sum-norm",
+                 domains={"eps": "(0, inf)"}, title="SPO (Simple Policy Optimization)",
+                 source="arXiv 2401.16025; UniRL drpo.py with penalty_mu_weighted=False",
+                 summary="-r A plus abs(A) (r - 1)^2 / (2 eps): DRPO's penalty without the "
+                         "old probability's weight (its ablation)")
+def spo(logp, old_logp, adv, mask, *, eps=0.2):
+    """SPO: L = -r A + |A| (r - 1)^2 / (2 eps), r = pi / pi_old: DRPO's quadratic penalty
+    on the ratio rather than on the probability change (DRPO's q = pi_old weight dropped,
+    UniRL's `penalty_mu_weighted: False`). dL/dlogp = -A r + |A| (r - 1) r / eps: the
+    plain PG weight, driven to 0 where r has moved eps in A's direction."""
+    x = prepare(logp, old_logp, adv, mask)
+    penalty = x.adv.abs() * (x.ratio - 1).square() / (2 * eps)
+    return x.zero_off_mask(-x.ratio * x.adv + penalty), ratio_metrics(x) | {
+        "spo/penalty_mean": x.mean(penalty.detach())}
+

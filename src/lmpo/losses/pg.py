@@ -60,3 +60,17 @@ def importance_sampling(logp, old_logp, adv, mask):
     (SkyRL does not clamp this one; the two agree for |rho| <= 20)."""
     x = prepare(logp, old_logp, adv, mask)
     return x.zero_off_mask(-x.ratio * x.adv), ratio_metrics(x)
+
+
+@LOSSES.register("cross_entropy", default_agg="token-mean", acts_without_advantage=True,
+                 preset_keys=("optim.minibatches",),
+                 title="Cross-entropy (SFT in the loop)",
+                 source="SkyRL `cross_entropy` (PolicyLossType.CROSS_ENTROPY)",
+                 summary="-log pi of the sampled tokens, whatever their advantage: "
+                         "supervised learning on the batch, in the RL loop")
+def cross_entropy(logp, old_logp, adv, mask):
+    """L = -logp per token (SkyRL's `cross_entropy`): the advantage is not read, so every
+    sampled token is imitated; dL/dlogp = -1."""
+    x = prepare(logp, old_logp, adv, mask)
+    return x.zero_off_mask(-x.logp), ratio_metrics(x)
+
