@@ -71,6 +71,16 @@ MATCHED["zoo"] = {"advantage.name", "loss.agg", "loss.name", "optim.minibatches"
         "eps_low", "k_neg", "k_pos", "kl_cov_ratio", "kl_tau", "lambda_neg", "lambda_pos",
         "negative_weight", "positive_weight", "ppo_kl_coef", "tau", "tau_neg", "tau_pos",
         "threshold", "weight")}
+# The fourth editions: EBPO's estimator at each G on the long tiers; DRPO's controls (the
+# loss, the anchor's recompute) along the precision axis; Output Reset at matched KL and on
+# long responses. A premise arm (seed_offset) differs from its twin in nothing but seeds.
+MATCHED["ebpo4"] = MATCHED["ebpo"]
+MATCHED["drpo4"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
+                    "loss.hparams.delta", "rollout.dtype", "rollout.bf16_boundary",
+                    "rollout.old_logp"}
+MATCHED["output_reset_rlhf4"] = {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
+                                 "loss.hparams.eps_low", "loss.hparams.eps_high"}
+MATCHED["output_reset_long4"] = (MATCHED["output_reset"] - {"optim.epochs", "optim.lr"})
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
@@ -88,7 +98,14 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
          "output_reset_rlhf": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
          "drpo": [("grpo", "dppo", LOSS), ("grpo", "drpo", LOSS), ("dppo", "drpo", LOSS),
                   ("drpo", "drpo_d0.5", ("loss.hparams.delta",)),
-                  ("grpo", "grpo_mis", ("rollout.correction",))]}
+                  ("grpo", "grpo_mis", ("rollout.correction",))],
+         "ebpo4": [("grpo", "ebpo", ("advantage.",)), ("grpo", "grpo_premise", ())],
+         "drpo4": [("grpo", "drpo", LOSS), ("grpo", "is_pg", LOSS), ("drpo", "is_pg", LOSS),
+                   ("grpo", "grpo_rc", ("rollout.old_logp",)),
+                   ("drpo", "drpo_rc", ("rollout.old_logp",)), ("grpo", "grpo_premise", ())],
+         "output_reset_rlhf4": [("ppo_clip", "ppo_or", LOSS),
+                                ("ppo_clip", "ppo_clip_premise", ())],
+         "output_reset_long4": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)]}
 
 
 def test_every_experiment_is_listed_here():
