@@ -33,6 +33,12 @@ def sweep_file(tmp_path: Path, policy: Path) -> Path:
     return path
 
 
+def default_sigint() -> None:
+    """A process started from a background job inherits SIGINT ignored (as under CI), and
+    Python then never turns it into KeyboardInterrupt: restore it, as a terminal has it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def alive_under(folder: Path) -> list[int]:
     """Processes whose command line names `folder` (the sweep's runs)."""
     pids = []
@@ -55,7 +61,8 @@ def test_a_signal_stops_the_sweep_within_a_step_and_the_rerun_resumes(
     command = [sys.executable, "-m", "lmpo", "compare", "--config", str(path), "--out", str(out)]
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)  # the signal reaches it alone
+                            env=env, start_new_session=True,  # the signal reaches it alone
+                            preexec_fn=default_sigint)
     metrics = out / "runs" / "grpo" / "seed0" / "metrics.jsonl"
     deadline = time.time() + 240
     while len(read_rows(metrics)) < 3:

@@ -125,7 +125,8 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
 
 
 @LOSSES.register("spo", default_agg="seq-mean-token-sum-norm",
-                 domains={"eps": "(0, inf)"}, title="SPO (Simple Policy Optimization)",
+                 domains={"eps": "[1e-6, inf)"},  # smaller: the penalty overflows float32
+                 title="SPO (Simple Policy Optimization)",
                  source="arXiv 2401.16025; UniRL drpo.py with penalty_mu_weighted=False",
                  summary="-r A plus abs(A) (r - 1)^2 / (2 eps): DRPO's penalty without the "
                          "old probability's weight (its ablation)")
