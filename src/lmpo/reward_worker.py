@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 
 from lmpo.errors import LmpoError
-from lmpo.processes import die_with_parent
+from lmpo.processes import die_with_parent, read_reply
 
 DEFAULT_TIMEOUT_S = 300.0
 ENTRY = "import sys; from lmpo.reward_worker import serve; serve(*sys.argv[1:3])"
@@ -102,17 +101,14 @@ class UserFunctionWorker:
             raise LmpoError(f"reward function {self.spec}: {reply[1]}")
 
     def _read(self, timeout: float):
-        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self._proc.stdout.readline()
-        if not line:
+        try:
+            return read_reply(self._proc, timeout)
+        except EOFError:
             code = self._proc.wait()
             self._proc = None
             raise LmpoError(f"reward function {self.spec}: its worker process exited (code "
                             f"{code}; the function or its file ended the process: os._exit, "
-                            "a crash in native code?)")
-        return json.loads(line)
+                            "a crash in native code?)") from None
 
     def __call__(self, prompts, completions, answers, **meta) -> list:
         if self._proc is None or self._proc.poll() is not None:

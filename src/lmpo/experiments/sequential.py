@@ -204,3 +204,27 @@ def decided(what: str, k: int, n: int, level: float, stats: tuple) -> dict:
     half = t_crit(level, n) * se
     return {"status": what, "look": k, "n": n, "level": level, "estimate": est,
             "ci": [est - half, est + half]}
+
+
+def sequential_design(value, claims: list, where: str, conditions=None) -> dict | None:
+    """The sequential design of `seeds: {...}`, whose headline claims must be tested by a
+    paired t test (direction, threshold, dose_response), or None."""
+    if not isinstance(value, dict):
+        return None
+    design = check_design(value, where)
+    primaries = any(isinstance(c, dict) and c.get("primary") for c in claims)
+    levels = list((conditions or {}).get("levels") or {}) if isinstance(conditions, dict) \
+        else []
+
+    def at_l0(c: dict) -> bool:
+        at = c.get("at", "all")
+        return not levels or at == "all" or levels[0] in ([at] if isinstance(at, str) else at)
+
+    bad = [i for i, c in enumerate(claims) if isinstance(c, dict)
+           and (c.get("primary") or not primaries) and at_l0(c)
+           and c.get("kind") in ("equivalence", "spread")]
+    if bad:
+        raise ConfigError(f"{where}: sequential seeds decide headline claims by a paired t "
+                          f"test; claims {bad} (equivalence, spread) cannot be headline claims "
+                          "here: mark the others `primary: true`, or give a fixed seed list")
+    return design

@@ -255,11 +255,15 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
             isinstance(v, int | float) and v > 0 for v in tolerance.values()):
         raise ConfigError(f"{where}: effective_tolerance is {{ratio: > 1, share: > 0}}, got "
                           f"{tolerance!r}")
+    design = None
+    if isinstance(data.get("seeds"), dict):  # scipy is imported only for this
+        from lmpo.experiments.sequential import sequential_design
+
+        design = sequential_design(data["seeds"], claims, where, data.get("conditions"))
     exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
                      base=dict(data.get("base") or {}), arms=arms,
                      seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
-                     design=check_sequential(data.get("seeds"), claims, where,
-                                             data.get("conditions")),
+                     design=design,
                      differs_in=list(differs), claims=[dict(c) for c in claims],
                      notes=list(notes), effective_tolerance=dict(tolerance),
                      frontier=check_frontier(data.get("frontier"), where),
@@ -301,32 +305,6 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
         if exp.conditions:
             exp.claim_levels(premise, f"{where}: premises[{i}]")
     return exp
-
-
-def check_sequential(value, claims: list, where: str, conditions=None) -> dict | None:
-    """The sequential design of `seeds: {...}`, whose headline claims must be tested by a
-    paired t test (direction, threshold, dose_response), or None."""
-    if not isinstance(value, dict):
-        return None
-    from lmpo.experiments.sequential import check_design
-
-    design = check_design(value, where)
-    primaries = any(isinstance(c, dict) and c.get("primary") for c in claims)
-    levels = list((conditions or {}).get("levels") or {}) if isinstance(conditions, dict) \
-        else []
-
-    def at_l0(c: dict) -> bool:
-        at = c.get("at", "all")
-        return not levels or at == "all" or levels[0] in ([at] if isinstance(at, str) else at)
-
-    bad = [i for i, c in enumerate(claims) if isinstance(c, dict)
-           and (c.get("primary") or not primaries) and at_l0(c)
-           and c.get("kind") in ("equivalence", "spread")]
-    if bad:
-        raise ConfigError(f"{where}: sequential seeds decide headline claims by a paired t "
-                          f"test; claims {bad} (equivalence, spread) cannot be headline claims "
-                          "here: mark the others `primary: true`, or give a fixed seed list")
-    return design
 
 
 def load_experiment(spec: str | Path) -> Experiment:

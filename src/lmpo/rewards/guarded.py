@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 
 from lmpo.errors import UnknownName
+from lmpo.processes import read_reply
 
 TIMEOUT_S = 5.0
 STARTUP_S = 60.0  # the worker imports the checker once
@@ -79,14 +79,11 @@ class GuardedWorker:
                                f"{STARTUP_S:.0f} s")
 
     def _read(self, timeout: float):
-        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self._proc.stdout.readline()
-        if not line:
+        try:
+            return read_reply(self._proc, timeout)
+        except EOFError:
             raise RuntimeError(f"the {self.name} checker worker exited "
-                               f"(code {self._proc.poll()})")
-        return json.loads(line)
+                               f"(code {self._proc.poll()})") from None
 
     def _kill(self) -> None:
         if self._proc is not None:
