@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -22,9 +23,10 @@ ray = pytest.importorskip("ray", reason="Ray not installed: run `make test-ray`"
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from lmpo.errors import LeaseLost, LmpoError  # noqa: E402
-from lmpo.experiments.ray_launcher import node_path  # noqa: E402
+from lmpo.experiments.ray_launcher import node_path, run_env  # noqa: E402
 from lmpo.experiments.sweep import compare  # noqa: E402
 from lmpo.locks import LEASE_ENV, check_lease, grant_lease, read_lease  # noqa: E402
+from lmpo.process_env import PROCESS_FILE, comparable  # noqa: E402
 from lmpo.trainer.checkpoint import untimed_rows  # noqa: E402
 from tests.test_experiments import experiment  # noqa: E402
 
@@ -57,7 +59,7 @@ def pool_sweep(tiny_policy_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pool")
     exp = experiment(tmp, tiny_policy_dir, seeds=2, steps=STEPS)
     assert compare(exp, tmp / "out", jobs=2, live=False) == 0
-    return exp, rows(tmp / "out")
+    return exp, rows(tmp / "out"), tmp / "out"
 
 
 def test_the_overhead_benchmark_runs_and_compares_the_rows(tmp_path):
@@ -66,9 +68,31 @@ def test_the_overhead_benchmark_runs_and_compares_the_rows(tmp_path):
     that asks for it), so that the two never share the machine's Ray."""
     from tests.test_benchmarks import bench
 
-    result = bench("ray_overhead", "--smoke", out=tmp_path / "out", home=tmp_path / "home")
+    result = bench("ray_overhead", "--smoke", "--beside", "0", out=tmp_path / "out",
+                   home=tmp_path / "home")
     assert result["same_rows"] is True and result["runs"] == 2
     assert result["pool_wall_s"] > 0 and result["ray_wall_s"] > 0
+    assert result["pool_step_s"] > 0 and result["ray_step_s"] > 0
+    # the local Ray's runs get the pool's threads, CPUs, niceness (not Ray's 15) and env
+    assert result["same_process"] is True
+    assert all(p["nice"] == os.nice(0) and "OMP_NUM_THREADS" not in p["env"]
+               for p in result["process"].values()) or "OMP_NUM_THREADS" in os.environ
+
+
+def test_a_run_s_environment_is_the_worker_s_with_the_driver_s_thread_settings():
+    worker = {"PATH": "/node/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "4",
+              "LMPO_PATH_MAP": "/a=/b", "HOME": "/root"}
+    sent = {"KMP_WARNINGS": "0", "LMPO_LEASE": "3", "PYTHONUNBUFFERED": "1"}
+    assert run_env(worker, sent) == {"PATH": "/node/bin", "LMPO_PATH_MAP": "/a=/b",
+                                     "HOME": "/root", "KMP_WARNINGS": "0",
+                                     "LMPO_LEASE": "3", "PYTHONUNBUFFERED": "1"}
+    assert run_env(worker, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"
+
+
+def may_lower_niceness() -> bool:
+    """Whether a process here may lower its niceness again (root or CAP_SYS_NICE)."""
+    code = "import os; os.nice(5); os.setpriority(os.PRIO_PROCESS, 0, os.nice(0) - 5)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 def test_path_maps_rewrite_the_driver_paths_a_node_sees():
     assert node_path("/shared/sweep/runs/a", "/shared=/mnt/nfs") == "/mnt/nfs/sweep/runs/a"
@@ -90,13 +114,37 @@ def test_a_writer_whose_lease_was_handed_on_stops_before_writing(tmp_path, monke
     check_lease(tmp_path)  # a run with no lease (a local one) is not checked
 
 
+def processes(out: Path) -> dict:
+    """Each run's process settings (lmpo.process_env.comparable)."""
+    return {str(p.parent.relative_to(out)): comparable(json.loads(p.read_text()))
+            for p in sorted((out / "runs").glob(f"*/seed*/{PROCESS_FILE}"))}
+
+
 def test_a_ray_sweep_writes_the_pools_rows_with_each_nodes_threads(cluster, pool_sweep,
-                                                                   tmp_path):
+                                                                   tmp_path, monkeypatch,
+                                                                   capsys):
     c, workers = cluster
-    exp, want = pool_sweep
+    exp, want, _ = pool_sweep
+    monkeypatch.setenv("KMP_WARNINGS", "0")  # a thread setting of the driver's shell
     assert compare(exp, tmp_path / "out", jobs=JOBS, live=False, launcher_name="ray",
                    address=c.address) == 0
     assert rows(tmp_path / "out") == want
+    # each run's process as the pool's: threads, CPUs, the driver's thread settings (not
+    # the OMP_NUM_THREADS Ray sets) and, where the node lets lmpo lower it from Ray's 15
+    # (the test cluster's nodes keep Ray's default), the driver's niceness; else a warning
+    pool, ray_runs = processes(pool_sweep[2]), processes(tmp_path / "out")
+    assert len(ray_runs) == len(pool) == 4
+    for name, got in ray_runs.items():
+        assert got["env"] == pool[name]["env"] | {"KMP_WARNINGS": "0"}
+        assert got["torch_threads"] == pool[name]["torch_threads"] == 1
+        assert {k: got[k] for k in ("cpu_count", "affinity", "torch_interop_threads")} == \
+            {k: pool[name][k] for k in ("cpu_count", "affinity", "torch_interop_threads")}
+        if may_lower_niceness():
+            assert got["nice"] == pool[name]["nice"] == os.nice(0)
+        else:
+            assert got["nice"] > os.nice(0)
+    if not may_lower_niceness():
+        assert "RAY_worker_niceness=0" in capsys.readouterr().err
     record = json.loads((tmp_path / "out" / "sweep.json").read_text())[-1]
     assert record["launcher"] == "ray" and sorted(record["nodes"].values()) == [2, 2]
     for config in (tmp_path / "out" / "runs").glob("*/seed*/config.yaml"):
@@ -132,7 +180,7 @@ def test_a_killed_node_s_runs_finish_on_the_other_with_the_same_rows(cluster, po
     retries its runs on the live node (each resumes from its checkpoint under a new lease),
     and the sweep's rows equal the uninterrupted pool's. Without the retry the runs fail."""
     c, workers = cluster
-    exp, want = pool_sweep
+    exp, want, _ = pool_sweep
     out = tmp_path / "out"
     result = {}
     sweep = threading.Thread(target=lambda: result.setdefault("rc", compare(

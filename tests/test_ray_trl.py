@@ -14,7 +14,7 @@ pytest.importorskip("ray", reason="Ray not installed: run `make test-trl`")
 from lmpo.experiments.spec import load_experiment  # noqa: E402
 from lmpo.experiments.sweep import compare  # noqa: E402
 from lmpo.locks import read_lease  # noqa: E402
-from tests.test_ray import JOBS, cluster, rows  # noqa: E402, F401  (cluster: the fixture)
+from tests.test_ray import JOBS, cluster, processes, rows  # noqa: E402, F401  (cluster: the fixture)
 from tests.test_trl import tiny_sweep_base  # noqa: E402
 
 
@@ -34,6 +34,12 @@ def test_trl_runs_on_the_cluster_write_the_pools_rows(cluster, tmp_path,  # noqa
     want = rows(tmp_path / "pool")
     assert len(want) == 2 and all(len(r) == 3 for r in want.values())
     assert rows(out) == want
+    # the TRL run's process as the pool's: threads, CPUs, thread settings (niceness: the
+    # test cluster's nodes keep Ray's 15, which lmpo lowers only where it may; test_ray.py)
+    pool, ray_runs = processes(tmp_path / "pool"), processes(out)
+    assert len(pool) == 2 and {n: {k: v for k, v in p.items() if k != "nice"}
+                               for n, p in ray_runs.items()} == \
+        {n: {k: v for k, v in p.items() if k != "nice"} for n, p in pool.items()}
     record = json.loads((out / "sweep.json").read_text())[-1]
     assert record["launcher"] == "ray"
     for run_dir in (out / "runs").glob("*/seed0"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import statistics
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ import torch
 from lmpo import presets
 from lmpo.cli import main
 from lmpo.config import ConfigError, load_config
+from lmpo.process_env import THREAD_PREFIXES
 from lmpo.trainer.loop import NonFiniteError, train
 from lmpo.trainer.train_config import TrainConfig
 
@@ -62,6 +64,10 @@ def test_every_preset_loads_builds_and_runs_one_step(preset, tiny_policy_dir, tm
         assert "adv/zero_std_frac" in row
     assert (tmp_path / "run" / "policy" / "config.json").exists()
     assert (tmp_path / "run" / "config.yaml").exists()
+    process = json.loads((tmp_path / "run" / "process.json").read_text())  # as configured
+    assert process["torch_threads"] == cfg.threads and process["nice"] == os.nice(0)
+    assert process["env"] == {k: v for k, v in os.environ.items()
+                              if k.startswith(THREAD_PREFIXES)}
     assert summary["after"]["n"] == summary["before"]["n"]
     every_tier = list(summary["before"]["per_tier"])  # rollout.clusters None: all of them
     assert summary["after"]["trained_tiers"] == (cfg.rollout.clusters or every_tier)

@@ -19,6 +19,15 @@ for `threads` CPUs (and a GPU when the run's `device` is cuda).
   Each attempt gets a lease with a fencing token (`lmpo.locks.grant_lease`): a writer
   cut off from the driver but still alive finds its token stale and stops before its
   next write, so a run never has two writers.
+- **The run's process.** A run started by Ray is configured as the pool would start it on
+  that node: Ray runs its workers at niceness 15 (its `worker_niceness`), where a run gets
+  a few per cent of a CPU beside any other busy process, so the Ray this starts runs them
+  at the driver's niceness, and on a cluster (`--address`) each run takes the driver's
+  niceness where the node lets it (root, or `RAY_worker_niceness=0` when the node was
+  started); a node where it cannot is named in one warning before the sweep starts. The
+  driver's thread settings (`OMP_*`, `MKL_*`, `KMP_*`, ... : `lmpo.process_env`) replace
+  the worker's, so the `OMP_NUM_THREADS` Ray sets for its tasks does not reach the run
+  unless the driver's shell set it. Each run records what it got in its `process.json`.
 - **Stopping.** Ctrl-C or `kill` (SIGTERM) of the driver cancels its tasks (their `lmpo
   train` processes die with their Ray workers) and leaves every run directory resumable;
   with no `--address`, the local Ray the driver started is stopped too.
@@ -42,6 +51,7 @@ import yaml
 from lmpo.errors import ConfigError, LmpoError, on_sigterm
 from lmpo.experiments.launcher import Outcome, start
 from lmpo.locks import LEASE_ENV, grant_lease
+from lmpo.process_env import thread_env
 
 PROBE_TIMEOUT_S = 300  # a node's first worker starts Python and imports lmpo
 
@@ -64,10 +74,23 @@ def node_path(path: str, mapping: str | None = None) -> str:
     return path
 
 
-def probe(out: str, token: str) -> tuple[str, str]:
-    """On a node: ('', view) if it reads the driver's token file under `out` and writes its
-    own; else (the error, view). `view` is `out` as the node sees it."""
+def take_niceness(nice: int) -> int:
+    """On a node: set this worker's niceness (and so its runs') to `nice`, the driver's,
+    where the node allows it; returns the niceness it has now."""
+    if os.nice(0) != nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+        except OSError:  # lowering it needs root or RAY_worker_niceness when Ray started
+            pass
+    return os.nice(0)
+
+
+def probe(out: str, token: str, nice: int = 0) -> tuple[str, str, int]:
+    """On a node: ('', view, niceness) if it reads the driver's token file under `out` and
+    writes its own; else (the error, view, niceness). `view` is `out` as the node sees it;
+    `niceness` the one its runs would get, asked for the driver's `nice`."""
     view = node_path(out)
+    got_nice = take_niceness(nice)
     try:
         got = (Path(view) / ".probe" / token).read_text()
         if got != token:
@@ -75,19 +98,32 @@ def probe(out: str, token: str) -> tuple[str, str]:
         mine = Path(view) / ".probe" / f"{token}-{socket.gethostname()}-{os.getpid()}"
         mine.write_text(token)
         mine.unlink()
-        return "", view
+        return "", view, got_nice
     except OSError as exc:
-        return f"{type(exc).__name__}: {exc}", view
+        return f"{type(exc).__name__}: {exc}", view, got_nice
 
 
-def run_command(command: list[str], log: str, env: dict, cwd: str) -> int:
+def run_env(worker: dict, sent: dict) -> dict:
+    """The run's environment on a node: the worker's, less the thread settings the driver's
+    shell did not have (Ray's `OMP_NUM_THREADS`), plus what the driver sent (its thread
+    settings, `LMPO_*` and the few variables in FORWARDED)."""
+    return {k: v for k, v in worker.items() if k not in thread_env(worker)} | sent
+
+
+def run_command(command: list[str], log: str, env: dict, cwd: str, nice: int = 0) -> int:
     """On a node: the run's command (this node's Python, its paths mapped), output appended
     to `log`, started as the local pool starts it (forked from a server in this Ray worker
-    that imported the trainer once, so a worker pays the imports for its first run only);
-    returns its exit code (negative: killed by that signal). The run dies with the
-    worker."""
+    that imported the trainer once, so a worker pays the imports for its first run only),
+    at the driver's niceness `nice` where the node allows it and with `run_env`; returns
+    its exit code (negative: killed by that signal). The run dies with the worker."""
+    take_niceness(nice)
+    env = run_env(dict(os.environ), env)
+    for key in thread_env(os.environ):  # the fork server starts with the run's settings
+        if key not in env:
+            del os.environ[key]
+    os.environ.update(thread_env(env))
     argv = [sys.executable, *(node_path(a) if a.startswith("/") else a for a in command[1:])]
-    proc = start(argv, Path(node_path(log)), os.environ | env, cwd=node_path(cwd))
+    proc = start(argv, Path(node_path(log)), env, cwd=node_path(cwd))
     return proc.wait()
 
 
@@ -120,9 +156,11 @@ class RayPool:
             raise ConfigError("--launcher ray needs Ray: pip install 'lmpo[ray]'") from None
         self.ray, self.jobs, self.out = ray, jobs, Path(out)
         self.started_ray = address is None
-        if self.started_ray:  # a local Ray sized to this machine, stopped by close()
+        self.nice = os.nice(0)  # the runs get this, as the pool's children would
+        if self.started_ray:  # a local Ray sized to this machine, stopped by close(); its
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+                     configure_logging=False,  # workers at the driver's niceness, not 15
+                     _system_config={"worker_niceness": 0})
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         self._remote_probe = ray.remote(num_cpus=0, max_retries=0)(probe)
@@ -165,22 +203,29 @@ class RayPool:
         try:
             refs = {node.id: self._remote_probe.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
-            ).remote(str(self.out), token) for node in self.nodes.values()}
-            bad = []
+            ).remote(str(self.out), token, self.nice) for node in self.nodes.values()}
+            bad, slow = [], []
             for node_id, ref in refs.items():
                 try:
-                    error, view = self.ray.get(ref, timeout=PROBE_TIMEOUT_S)
+                    error, view, nice = self.ray.get(ref, timeout=PROBE_TIMEOUT_S)
                 except self.ray.exceptions.GetTimeoutError:
                     node = self.nodes[node_id]
                     raise LmpoError(f"node {node.host} ({node_id[:12]}) did not answer the "
                                     f"storage probe within {PROBE_TIMEOUT_S} s (no worker "
                                     "started there: is the node overloaded?)") from None
+                node = self.nodes[node_id]
                 if error:
-                    node = self.nodes[node_id]
                     bad.append(f"node {node.host} ({node_id[:12]}) cannot read and write the "
                                f"sweep directory {view}: {error}")
+                if nice != self.nice:
+                    slow.append(f"{node.host} ({node_id[:12]}) at {nice}")
         finally:
             (folder / token).unlink(missing_ok=True)
+        if slow and not bad:
+            print(f"warning: runs will run at a niceness other than this shell's ({self.nice}) "
+                  f"on node {', '.join(slow)}: beside other busy processes there they get a "
+                  "small share of the CPU; start those nodes with RAY_worker_niceness=0 (or "
+                  "run Ray as root) so that lmpo can give them the driver's", file=sys.stderr)
         if bad:
             raise LmpoError("; ".join(bad) + " (every node must see --out on a shared file "
                             f"system; a node that mounts it elsewhere sets {PATH_MAP_ENV})")
@@ -207,7 +252,8 @@ class RayPool:
         ref = self._remote_run.options(
             num_cpus=node.threads, num_gpus=gpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
-        ).remote(command, str(run.log), forwarded | {LEASE_ENV: str(token)}, os.getcwd())
+        ).remote(command, str(run.log), forwarded | thread_env(env) | {LEASE_ENV: str(token)},
+                 os.getcwd(), self.nice)
         node.busy.add(run.name)
         task = Task(run, node, ref)
         self.tasks[run.name] = task

@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from lmpo import process_env
 from lmpo.atomic import write_text
 from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.trl_mapping import lmpo_row, trl_refusals
@@ -89,6 +90,7 @@ def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
     pool = training_pool(task, cfg, heldout.prompts)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
+    process_env.write(run_dir)
 
     def held_out(model) -> dict:
         return evaluate(model, tok, task, heldout.problems,

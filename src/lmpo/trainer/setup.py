@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from lmpo import process_env
 from lmpo.config import ConfigError, save_config, to_dict
 from lmpo.errors import LockedError
 from lmpo.evaluate import evaluate
@@ -118,6 +119,7 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
     if resume:
         check_resumable(run_dir / "config.yaml", cfg)
     torch.set_num_threads(cfg.threads)
+    process_env.write(run_dir)
     torch.manual_seed(cfg.seed)
     run = build_run(cfg, run_dir, policy_dir, progress=progress)
     if verbose:
