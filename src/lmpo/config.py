@@ -47,6 +47,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return None
         return _coerce(value, args[0], where)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, list) and hasattr(tp, "from_list"):  # a section written as a list
+            value = tp.from_list(value, where)
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return build(tp, value, prefix=where + ".")

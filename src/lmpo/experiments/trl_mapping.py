@@ -21,7 +21,7 @@ def trl_refusals(cfg) -> list[str]:
         (r.dynamic_sampling, "rollout.dynamic_sampling=True", "TRL has no group filter"),
         (r.dtype != "float32", f"rollout.dtype={r.dtype}", "lmpo's simulated sampler"),
         (r.staleness > 0, f"rollout.staleness={r.staleness}", "TRL samples on-policy"),
-        (r.correction.kind is not None, f"rollout.correction.kind={r.correction.kind}",
+        (bool(r.correction.links()), f"rollout.correction={r.correction.links()}",
          "TRL's correction is vLLM's importance sampling"),
         (cfg.reward.model is not None, f"reward.model={cfg.reward.model}",
          "an lmpo reward model is not a TRL reward function"),

@@ -121,7 +121,7 @@ def refusals(cfg) -> list[str]:
          "lmpo simulates a low-precision sampler; verl's rollout precision is its engine's"),
         (r.staleness > 0, f"rollout.staleness={r.staleness}",
          "verl's synchronous trainer samples with the current policy"),
-        (r.correction.kind is not None, f"rollout.correction.kind={r.correction.kind}",
+        (bool(r.correction.links()), f"rollout.correction={r.correction.links()}",
          "set verl's algorithm.rollout_correction yourself: its modes are not lmpo's names"),
         (cfg.reward.model is not None, f"reward.model={cfg.reward.model}",
          "an lmpo reward model is not a verl reward model"),

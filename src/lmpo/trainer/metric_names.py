@@ -81,7 +81,7 @@ def declared(cfg) -> list[str]:
              *(m for m in parts.objective.metrics if m != "loss/*")]
     shown = CONTROLLERS.meta(cfg.controller.name)["diagnostics"]
     names += [*shown, *(d.split("/")[0] + "/*" for d in shown)]  # and the family's others
-    if cfg.rollout.correction.kind is not None:
+    if cfg.rollout.correction.links():
         names.append("rollout_corr/*")
     if cfg.reward.model:
         names += ["reward/rm_mean", "reward/checker_mean", "reward/rm_running_mean",

@@ -20,7 +20,8 @@ from lmpo.config import ConfigError
 from lmpo.losses import default_aggregation, get_loss
 from lmpo.losses.diagnostics import bind_post_update
 from lmpo.rewards import reward_range
-from lmpo.rollout import build_controller, get_correction
+from lmpo.rollout import build_controller
+from lmpo.rollout.corrections.chain import build_correction
 from lmpo.trainer.advantage import advantage_stage
 from lmpo.trainer.objective import Objective, build_objective
 
@@ -63,8 +64,7 @@ def build_parts(cfg, critic=None) -> Parts:
         post_update=built("log.diagnostics", lambda: bind_post_update(
             loss.name, loss.hparams, cfg.log.diagnostics)),
         advantages=advantage_stage(cfg.advantage.name),
-        correction=None if corr.kind is None else built(
-            "rollout.correction", lambda: get_correction(corr.kind, **corr.hparams)),
+        correction=built("rollout.correction", lambda: build_correction(corr.links())),
         objective=build_objective(cfg, loss_fn, agg, critic))
 
 

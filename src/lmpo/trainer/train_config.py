@@ -26,7 +26,7 @@ from lmpo.choices import (
     UPDATE_DTYPES,
     one_of,
 )
-from lmpo.config import flat_config
+from lmpo.config import ConfigError, flat_config
 from lmpo.legacy import replaced
 from lmpo.masked import AGG_MODES
 from lmpo.registry import DEFAULT_CONTROLLER, DEFAULT_ESTIMATOR, DEFAULT_LOSS
@@ -52,6 +52,30 @@ class CorrectionConfig:
     (lmpo.rollout.list_corrections())."""
     hparams: dict[str, Any] = field(default_factory=dict)
     """The kind's thresholds (lmpo.rollout.correction_hparams(kind))."""
+    chain: list[dict] = field(default_factory=list)
+    """Several kinds in order, each `{kind, hparams}` (lmpo.rollout.corrections.chain):
+    masks multiplied, at most one importance weight, as verl's presets that pair
+    `rollout_is` with `rollout_rs`. Written as a list in place of the mapping:
+    `rollout.correction: [{kind: rs_seq_mean_k1}, {kind: tis, hparams: {upper: 2}}]`."""
+
+    @classmethod
+    def from_list(cls, items: list, where: str) -> dict:
+        """The mapping a list written for `rollout.correction` stands for."""
+        if not items:
+            raise ConfigError(f"{where}: an empty list; leave it out (no correction) or list "
+                              "one or more {kind, hparams}")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or "kind" not in item or \
+                    set(item) - {"kind", "hparams"}:
+                raise ConfigError(f"{where}[{i}]: expected a mapping with kind (and hparams), "
+                                  f"got {item!r}")
+        return {"chain": items} if len(items) > 1 else dict(items[0])
+
+    def links(self) -> list[tuple[str, dict]]:
+        """`[(kind, hparams), ...]`: the chain, the one kind, or nothing."""
+        if self.chain:
+            return [(item["kind"], dict(item.get("hparams") or {})) for item in self.chain]
+        return [] if self.kind is None else [(self.kind, dict(self.hparams))]
 
 
 @dataclass

@@ -53,11 +53,12 @@ def check_finite(section, prefix: str = "") -> None:
 
 
 def check_names(cfg) -> None:
-    kind = cfg.rollout.correction.kind
+    corr = cfg.rollout.correction
+    kinds = [("rollout.correction.kind", kind) for kind, _ in corr.links()] if not corr.chain \
+        else [(f"rollout.correction[{i}].kind", kind) for i, (kind, _) in enumerate(corr.links())]
     for key, name, names in (("advantage", cfg.advantage.name, list_advantages()),
                              ("controller", cfg.controller.name, list_controllers()),
-                             *([("rollout.correction.kind", kind, list_corrections())]
-                               if kind is not None else [])):
+                             *((key, kind, list_corrections()) for key, kind in kinds)):
         if name not in names:
             raise ConfigError(f"unknown {key} {name!r}{nearest(name, names)}; valid: "
                               f"{', '.join(names)}")
@@ -123,6 +124,9 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
          f"rollout.dtype fp8_e4m3 or fp4_e2m1, got {r.dtype}"),
         (r.correction.kind is not None or not r.correction.hparams,
          f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
+        (not (r.correction.chain and (r.correction.kind or r.correction.hparams)),
+         "rollout.correction has both a chain and a kind: give a list of {kind, hparams} or "
+         "one kind, not both"),
     ]
 
 
