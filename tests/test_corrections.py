@@ -38,10 +38,11 @@ def ref_weights(kind: str, lr, mask, hp) -> list[list[float]]:
     out = []
     for row, m in zip(lr, mask, strict=True):
         n = sum(m)
+        lo_clamp = hp.get("lower") or 0.0  # tis / seq_tis with lower: two-sided (TRL)
         if kind == "tis":
-            w = [min(ex(x), hp.get("upper", 2.0)) for x in row]
+            w = [max(min(ex(x), hp.get("upper", 2.0)), lo_clamp) for x in row]
         elif kind == "seq_tis":
-            w = [min(ex(seq_sum(row, m)), hp.get("upper", 2.0))] * len(row)
+            w = [max(min(ex(seq_sum(row, m)), hp.get("upper", 2.0)), lo_clamp)] * len(row)
         elif kind == "icepop":
             lo, hi = hp.get("lower", 0.5), hp.get("upper", 5.0)
             w = [ex(x) if lo <= ex(x) <= hi else 0.0 for x in row]
@@ -91,6 +92,7 @@ def ref_rejection(mode: str, lr, mask, lower, upper) -> list[list[float]]:
 
 
 IS_CASES = [("tis", {}), ("tis", {"upper": 1.3}), ("seq_tis", {}), ("seq_tis", {"upper": 5}),
+            ("tis", {"lower": 0.8, "upper": 1.3}), ("seq_tis", {"lower": 0.6, "upper": 5}),
             ("icepop", {}), ("icepop", {"lower": 0.8, "upper": 1.25}), ("mis", {}),
             ("mis", {"level": "token", "upper": 1.5, "lower": 0.7}),
             ("seq_mask_tis", {}), ("seq_mask_tis", {"lower": 0.9, "upper": 1.1})]
@@ -129,6 +131,70 @@ def test_rejection_masks_match_the_float64_reference(mode, hp):
     want = torch.tensor(ref_rejection(mode, lr.tolist(), mask.tolist(), lower, upper),
                         dtype=torch.float64)
     assert got.weights is None and torch.equal(got.mask, want)
+
+
+def trl_truncate(lr, mask, lower, upper, level):
+    """TRL's `*_truncate` written out from GRPOTrainer: exp of the masked difference (per
+    token, or its sum per sequence), clamped to [clip_min, clip_max]; no safety bound."""
+    out = []
+    for row, m in zip(lr, mask, strict=True):
+        diffs = [x * k for x, k in zip(row, m, strict=True)]
+        r = [math.exp(sum(diffs))] * len(row) if level == "sequence" else \
+            [math.exp(d) for d in diffs]
+        out.append([min(max(v, lower), upper) for v in r])
+    return out
+
+
+@pytest.mark.parametrize("kind,level", [("tis", "token"), ("seq_tis", "sequence")])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_two_sided_truncation_is_trls_truncate_mode(kind, level, seed):
+    """TRL 1.16 computes it inline in `_generate_and_score_completions` (no function to
+    call): against that code written out, on the valid tokens (lmpo's weight is 0 on
+    padding, TRL's loss mask removes them)."""
+    lr, mask = batch(seed, spread=0.3)
+    lr[1, 0] = 3.0  # inside the safety bound, where the two agree exactly
+    got = get_correction(kind, lower=0.7, upper=1.4)(lr, mask)
+    want = torch.tensor(trl_truncate(lr.tolist(), mask.tolist(), 0.7, 1.4, level),
+                        dtype=torch.float64)
+    torch.testing.assert_close(got.weights, want * mask, rtol=1e-12, atol=1e-300)
+    assert float(((got.weights == 0.7) & (mask > 0)).sum()) > 0  # the lower end binds
+
+
+def ref_outlier(lr, mask, lower, upper):
+    """SkyRL's compute_outlier_token_mask written out: a response is kept when every valid
+    token's ratio (log-ratio clamped to +-20) is in [lower, upper]."""
+    out = []
+    for row, m in zip(lr, mask, strict=True):
+        bad = any(k and ((upper is not None and ex(x) > upper) or
+                         (lower is not None and ex(x) < lower)) for x, k in zip(row, m,
+                                                                              strict=True))
+        out.append([0.0 if bad else float(k) for k in m])
+    return out
+
+
+@pytest.mark.parametrize("hp", [{}, {"lower": 0.7, "upper": 1.5}, {"lower": None, "upper": 1.3},
+                                {"lower": 0.8, "upper": None}])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_outlier_token_masks_as_skyrl_does(hp, seed):
+    lr, mask = batch(seed, spread=0.3)
+    full = {"lower": 1e-4, "upper": 100.0} | hp
+    got = get_correction("outlier_token_is", **hp)(lr, mask)
+    want = torch.tensor(ref_outlier(lr.tolist(), mask.tolist(), full["lower"], full["upper"]),
+                        dtype=torch.float64)
+    assert got.weights is None and torch.equal(got.mask, want)
+    assert float((mask - got.mask).sum()) > 0  # row 1's ratio e^20 is past 100
+
+
+def test_outlier_token_mask_by_hand():
+    """SkyRL's own test case: ratios [1, 1, e^5 = 148.4] with bounds [1e-4, 100]: the
+    response is masked; and with no bound at all the trainer refuses it when it builds."""
+    from lmpo.rollout.corrections.chain import build_correction
+
+    lr, mask = torch.tensor([[0.0, 0.0, 5.0]], dtype=torch.float64), torch.ones(1, 3).double()
+    assert torch.equal(get_correction("outlier_token_is")(lr, mask).mask, 0 * mask)
+    assert torch.equal(get_correction("outlier_token_is", upper=200.0)(lr, mask).mask, mask)
+    with pytest.raises(ValueError, match="needs lower or upper"):
+        build_correction([("outlier_token_is", {"lower": None, "upper": None})])
 
 
 def ref_m2po(lr, mask, threshold):

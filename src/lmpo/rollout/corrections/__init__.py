@@ -19,13 +19,18 @@ itself in tests/test_verl.py):
 
 | kind | weight | source |
 |---|---|---|
-| tis | min(r_t, upper) | verl `rollout_is: token` (TIS) |
-| seq_tis | min(prod_t r_t, upper), per sequence | verl `rollout_is: sequence` |
+| tis | min(r_t, upper) (`lower`: clamp(r_t, lower, upper)) | verl `rollout_is: token` |
+| seq_tis | min(prod_t r_t, upper), per sequence (`lower` too) | verl `rollout_is: sequence` |
 | icepop | r_t where lower <= r_t <= upper, else 0 | verl `rollout_is_threshold: lower_upper` |
 | mis | r where r <= upper (and >= lower), else 0; per token or sequence | TRL `*_mask` |
 | seq_mask_tis | r_t * 1[lower <= exp(mean_t log r_t) <= upper] | OpenRLHF `seq-mask-tis` |
 | rs_<mode> | none: a rejection mask (verl's `rollout_rs` mode) | verl `rollout_rs` |
 | m2po | none: masks the largest squared log-ratios (rest's mean < threshold) | AReaL |
+| outlier_token_is | none: masks a response with any r_t outside [lower, upper] | SkyRL |
+
+With `lower`, tis and seq_tis are TRL's two-sided `token_truncate` / `sequence_truncate`;
+outlier_token_is is SkyRL's `outlier_token_is_threshold_low/high`. A list of kinds is a
+chain (`chain.py`): masks multiplied, at most one weight.
 
 r_t = exp(clamp(log_ratio_t, -20, 20)) (verl's safety bound, applied to every kind).
 

@@ -45,7 +45,7 @@ def seq_mean(x, mask):
 
 
 def check_band(lower, upper):
-    if lower is not None and lower > upper:
+    if lower is not None and upper is not None and lower > upper:
         raise ValueError(f"lower {lower} must be <= upper {upper}")
 
 

@@ -56,10 +56,13 @@ class Chain:
 
 def build_correction(links: list[tuple[str, dict]]):
     """The correction `links` ask for: None for none, the kind itself for one (the rows of
-    a single kind do not change), a `Chain` for more."""
+    a single kind do not change), a `Chain` for more; each called once on a 1 x 1 probe,
+    so that a setting its function refuses fails here, before any work."""
     if not links:
         return None
     if len(links) == 1:
         kind, hparams = links[0]
-        return get_correction(kind, **hparams)
+        fn = get_correction(kind, **hparams)
+        gives_weights(fn)
+        return fn
     return Chain(links)

@@ -77,3 +77,25 @@ def _register_rs(mode: str) -> None:
 
 for _mode in RS_MODES:
     _register_rs(_mode)
+
+
+@CORRECTIONS.register("outlier_token_is", domains={"lower": "(0, inf) | None",
+                                                   "upper": "(0, inf) | None"},
+                      ordered=[("lower", "upper")], title="outlier-token sequence mask",
+                      source="SkyRL off_policy_correction.outlier_token_is_threshold_low / "
+                             "_high",
+                      summary="masks every response with a token whose ratio r_t is below "
+                              "lower or above upper (SkyRL's suggested 1e-4 and 100)")
+def outlier_token_is(log_ratio, mask, *, lower: float | None = 1e-4,
+                     upper: float | None = 100.0) -> Correction:
+    if lower is None and upper is None:
+        raise ValueError("outlier_token_is needs lower or upper (or both)")
+    check_band(lower, upper)
+    r = torch.exp(log_ratio.clamp(-SAFETY, SAFETY))
+    out = torch.zeros_like(mask, dtype=torch.bool)
+    if upper is not None:
+        out |= r > upper
+    if lower is not None:
+        out |= r < lower
+    keep = ~(out & (mask > 0)).any(-1, keepdim=True)
+    return finish(None, mask, mask * keep.to(mask.dtype))

@@ -17,23 +17,36 @@ from lmpo.rollout.corrections.base import (
 )
 
 IS_DOMAINS = {"upper": "(0, inf)", "batch_normalize": "bool"}
+TRUNC_DOMAINS = {"lower": "(0, inf) | None", **IS_DOMAINS}
 
 
-@CORRECTIONS.register("tis", domains=IS_DOMAINS, title="TIS",
-                      source="verl rollout_is=token (Yao et al., truncated IS)",
-                      summary="token weights min(r_t, upper)")
-def tis(log_ratio, mask, *, upper: float = 2.0, batch_normalize: bool = False) -> Correction:
+@CORRECTIONS.register("tis", domains=TRUNC_DOMAINS, ordered=[("lower", "upper")], title="TIS",
+                      source="verl rollout_is=token (Yao et al., truncated IS); with lower: "
+                             "TRL vllm_importance_sampling_mode token_truncate",
+                      summary="token weights min(r_t, upper); with lower, clamp(r_t, lower, "
+                              "upper) (two-sided truncation)")
+def tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
+        batch_normalize: bool = False) -> Correction:
+    check_band(lower, upper)
     w = (torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask).clamp(max=upper)
+    if lower is not None:  # TRL's clip_min; padding stays 0
+        w = w.clamp(min=lower) * mask
     return finish(mean_normalized(w, mask, False) if batch_normalize else w, mask)
 
 
-@CORRECTIONS.register("seq_tis", domains=IS_DOMAINS, title="sequence TIS",
-                      source="verl rollout_is=sequence",
-                      summary="one weight per response: min(prod_t r_t, upper)")
-def seq_tis(log_ratio, mask, *, upper: float = 2.0, batch_normalize: bool = False
-            ) -> Correction:
+@CORRECTIONS.register("seq_tis", domains=TRUNC_DOMAINS, ordered=[("lower", "upper")],
+                      title="sequence TIS", source="verl rollout_is=sequence; with lower: TRL "
+                                                   "vllm_importance_sampling_mode "
+                                                   "sequence_truncate",
+                      summary="one weight per response: min(prod_t r_t, upper); with lower, "
+                              "clamp(prod_t r_t, lower, upper)")
+def seq_tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
+            batch_normalize: bool = False) -> Correction:
+    check_band(lower, upper)
     total = seq_sum(log_ratio, mask).clamp(-SAFETY, SAFETY)
     w = (torch.exp(total)[:, None].expand_as(log_ratio) * mask).clamp(max=upper)
+    if lower is not None:
+        w = w.clamp(min=lower) * mask
     return finish(mean_normalized(w, mask, True) if batch_normalize else w, mask)
 
 
