@@ -51,6 +51,34 @@ def test_what_verl_cannot_express_is_named():
                                               "rollout.staleness=2"}
 
 
+def test_coefficient_schedules_map_where_the_engines_have_them():
+    """verl: an adaptive KL in the reward is its adaptive kl_ctrl; in the loss, and an
+    adaptive entropy bonus, it has none. TRL: adaptive entropy is use_adaptive_entropy
+    (its bonus is a token mean: other aggregations are refused); its beta is fixed."""
+    from lmpo.experiments.trl_mapping import trl_refusals
+    from lmpo.integrations.trl_run import entropy_settings
+
+    adaptive = "kl.schedule={name: adaptive_kl, hparams: {horizon: 500}}"
+    s = verl_settings(load_config(TrainConfig, "ppo_clip", [adaptive]))
+    assert (s["algorithm.kl_ctrl.type"], s["algorithm.kl_ctrl.target_kl"],
+            s["algorithm.kl_ctrl.horizon"]) == ("adaptive", 0.1, 500)
+    why = refusals(load_config(TrainConfig, "grpo", [
+        "kl.coef=0.1", adaptive, "optim.entropy_schedule={name: adaptive_entropy}"]))
+    assert {w.split(":")[0] for w in why} == {
+        "kl.schedule=adaptive_kl with kl.mode=loss", "optim.entropy_schedule=adaptive_entropy"}
+    ent = load_config(TrainConfig, "grpo", [
+        "optim.entropy_coef=0.01", "loss.agg=token-mean",
+        "optim.entropy_schedule={name: adaptive_entropy, hparams: {target: 1.5}}"])
+    assert trl_refusals(ent) == []
+    assert entropy_settings(ent) == {
+        "entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_target": 1.5,
+        "entropy_coef_delta": 0.005, "entropy_coef_min": 0.0, "entropy_coef_max": 1.0}
+    why = trl_refusals(load_config(TrainConfig, "grpo", ["optim.entropy_coef=0.01", adaptive,
+                                                         "kl.coef=0.1"]))
+    assert {w.split(":")[0] for w in why} == {
+        "kl.schedule=adaptive_kl", "optim.entropy_coef with loss.agg=seq-mean-token-mean"}
+
+
 def test_an_aggregation_verls_own_function_ignores_is_refused():
     """verl's sapo always aggregates seq-mean-token-mean and its geo_mean averages rows: an
     arm asking another mode would train something else in verl; the presets' own pass

@@ -28,7 +28,10 @@ def test_every_registered_method_is_a_row_with_its_source():
     from lmpo.rollout import CORRECTIONS, list_corrections
 
     want |= {("correction", CORRECTIONS.meta(n).get("family") or n) for n in list_corrections()}
-    assert set(rows) == want
+    from lmpo.trainer.schedules import list_schedules
+
+    want |= {("schedule", n) for n in list_schedules() if n != "fixed"}
+    assert set(rows) == want and ("schedule", "adaptive_kl") in rows
     assert ("correction", "rs_<mode>") in rows and ("correction", "rs_token_k1") not in rows
     for r in rows.values():
         assert r["title"] and r["source"] and r["summary"] and "|" not in r["summary"], r

@@ -60,9 +60,16 @@ SHADOWS = ("log.comparators={ebpo_fast: {advantage: {name: ebpo, hparams: {decay
            "cispo: {loss: {name: cispo}}}",)
 
 
+# adaptive KL and entropy coefficients (lmpo.trainer.schedules), checkpointed with the run
+SCHEDULED = ("kl.coef=0.05", "kl.schedule={name: adaptive_kl, hparams: {target_kl: 1.0e-4, "
+             "horizon: 30}}", "optim.minibatches=2", "optim.entropy_schedule={name: "
+             "adaptive_entropy, hparams: {target: 100.0, delta: 0.003}}")
+
+
 @pytest.mark.parametrize("preset,crashes,extra", [
     ("espo", ["after_row@2", "mid_checkpoint@4", "before_row@5"], ()),
     ("ebpo", ["after_checkpoint@1", "mid_checkpoint@3", "after_row@5"], SHADOWS),
+    ("grpo", ["after_row@2", "after_checkpoint@4"], SCHEDULED),
 ])
 def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, extra, sft_run,
                                                            tmp_path):
@@ -88,8 +95,12 @@ def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, extr
     want, got = read_rows(full / "metrics.jsonl"), read_rows(crashed / "metrics.jsonl")
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))  # none missing or duplicated
     assert comparable(got) == comparable(want)
-    if extra:
+    if extra == SHADOWS:
         assert all(1e-6 < r["shadow/ebpo_fast/adv_tv"] <= 1 for r in got[1:])
+    if extra == SCHEDULED:  # the coefficients moved every step, and resumed where they were
+        assert len({r["schedule/kl_coef"] for r in got}) == STEPS
+        assert [r["schedule/entropy_coef"] for r in got] == pytest.approx(
+            [0.006 * (i + 1) for i in range(STEPS)])
     a, b = weights(full), weights(crashed)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert json.loads((crashed / "eval.json").read_text()) == json.loads(

@@ -304,3 +304,20 @@ def test_the_off_policy_mask_acts_on_the_compared_batch(tmp_path):
     trainer.current_gradient_accumulation_steps = 2
     trainer._compute_loss(trainer.model, fixed_inputs(trainer))
     assert trainer._metrics["train"]["lmpo/opsm/masked_frac"][-1] > 0.05
+
+
+def test_an_adaptive_entropy_schedule_becomes_trls_adaptive_entropy_control(tmp_path):
+    """optim.entropy_schedule adaptive_entropy reaches GRPOConfig as TRL's own keys, which
+    TRL validates when it builds the config."""
+    from lmpo.config import load_config
+    from lmpo.integrations.trl_run import grpo_args
+    from lmpo.trainer.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, "grpo", [
+        "loss.agg=token-mean", "optim.entropy_coef=0.02", "optim.entropy_schedule={name: "
+        "adaptive_entropy, hparams: {target: 0.7, delta: 0.01, coef_max: 0.1}}"])
+    args = grpo_args(cfg, tmp_path)
+    assert (args.entropy_coef, args.use_adaptive_entropy, args.entropy_target,
+            args.entropy_coef_delta, args.entropy_coef_min, args.entropy_coef_max) == \
+        (0.02, True, 0.7, 0.01, 0.0, 0.1)
+    assert grpo_args(load_config(TrainConfig, "grpo"), tmp_path).use_adaptive_entropy is False

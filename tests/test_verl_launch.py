@@ -131,3 +131,24 @@ def test_lmpo_report_judges_runs_that_verls_file_logger_wrote(tmp_path, monkeypa
     grpo = rep["arms"]["grpo"]
     assert grpo["held-out accuracy, all tiers"]["mean"] == pytest.approx(0.51)
     assert rep["setup"]["finished"] == 6
+
+
+def test_an_adaptive_kl_in_the_reward_reads_back_as_verls_adaptive_kl_ctrl():
+    """kl.schedule adaptive_kl with kl.mode reward: verl's `algorithm.kl_ctrl` (type
+    adaptive, target_kl, horizon, kl_coef), read back from verl's composed config and
+    built by verl's own `get_kl_controller`."""
+    from lmpo.config import load_config
+    from lmpo.experiments.verl_launch import kl_settings
+    from lmpo.trainer.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, "ppo_clip", [
+        "kl.coef=0.03", "kl.schedule={name: adaptive_kl, hparams: {target_kl: 0.02}}"])
+    settings = kl_settings(cfg)
+    with initialize_config_dir(config_dir=CFG_DIR, version_base=None):
+        composed = compose(config_name="ppo_trainer", overrides=[
+            f"{k}={hydra_value(v)}" for k, v in settings.items()])
+    for key, want in settings.items():
+        assert same(OmegaConf.select(composed, key), want), key
+    ctrl = core_algos.get_kl_controller(composed.algorithm.kl_ctrl)
+    assert isinstance(ctrl, core_algos.AdaptiveKLController)
+    assert (ctrl.value, ctrl.target, ctrl.horizon) == (0.03, 0.02, 10000.0)

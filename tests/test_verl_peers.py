@@ -313,3 +313,33 @@ def test_every_kl_kind_equals_verls_value_and_gradient(mine, theirs):
         outs.append((value.detach(), grad))
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=1e-15)
     torch.testing.assert_close(outs[0][1], outs[1][1], rtol=0, atol=1e-15)
+
+
+def test_adaptive_kl_equals_verls_controller_and_its_kl_in_reward():
+    """lmpo's adaptive_kl schedule against verl's `AdaptiveKLController` on the same
+    batches, the KL it observes computed as `ray_trainer.apply_kl_penalty` computes
+    current_kl (verl's `kl_penalty(..., "kl")` times the mask, verl's `masked_mean` per
+    response, the mean over responses; that module itself needs verl's server extras,
+    not installed here), and the coefficient after each update."""
+    from verl.utils import torch_functional as verl_F
+
+    from lmpo.trainer.schedules import SCHEDULES, mean_response_kl
+
+    theirs = core_algos.AdaptiveKLController(init_kl_coef=0.2, target_kl=0.05, horizon=64)
+    mine = SCHEDULES.get("adaptive_kl", target_kl=0.05, horizon=64.0)
+    mine.value = 0.2
+    g = torch.Generator().manual_seed(0)
+    for spread in (0.01, 0.3, 0.05, 1.0):
+        b, t = 6, 7
+        old = -torch.rand(b, t, generator=g, dtype=torch.float64)
+        ref = old + spread * torch.randn(b, t, generator=g, dtype=torch.float64)
+        mask = (torch.rand(b, t, generator=g) < 0.8).double()
+        mask[0] = 0.0
+        kld = core_algos.kl_penalty(old, ref, kl_penalty="kl") * mask
+        current_kl = torch.mean(verl_F.masked_mean(kld, mask=mask, axis=-1), dim=0).item()
+        theirs.update(current_kl=current_kl, n_steps=b)
+        current = mean_response_kl(old, ref, mask, "k1")
+        assert current == pytest.approx(current_kl, rel=1e-12)
+        mine.update(current, b)
+        assert mine.value == pytest.approx(theirs.value, rel=1e-12)
+    assert mine.value != 0.2

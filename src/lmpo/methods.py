@@ -1,8 +1,9 @@
 """`lmpo methods`: the registered methods, from the registries' metadata.
 
-Every loss, advantage estimator, rollout controller and rollout correction registers its
-`title`, `source` and one-line `summary` (entries that share a `family`, verl's rejection
-modes, make one row); the presets that set it are read from the preset files. The
+Every loss, advantage estimator, rollout controller, rollout correction and coefficient
+schedule registers its `title`, `source` and one-line `summary` (entries that share a
+`family`, verl's rejection modes, make one row); the presets that set it are read from
+the preset files. The
 table in docs/methods-reference.md is this table (`lmpo methods --readme
 docs/methods-reference.md` rewrites it between its markers; a test checks it is current),
 so a new method is written in its own files and the page is regenerated, never edited by
@@ -23,9 +24,11 @@ BEGIN = ("<!-- methods table: `lmpo methods --readme docs/methods-reference.md` 
 END = "<!-- end of the methods table -->"
 SECTIONS = {"loss": lambda c: c.loss.name, "advantage": lambda c: c.advantage.name,
             "controller": lambda c: c.controller.name,
-            "correction": lambda c: c.rollout.correction.kind}
+            "correction": lambda c: c.rollout.correction.kind,
+            "schedule": lambda c: c.kl.schedule.name if c.kl.schedule.name != "fixed"
+            else c.optim.entropy_schedule.name}
 OWN_KEYS = {"loss": ("loss",), "advantage": ("advantage",), "controller": ("controller",),
-            "correction": ("rollout",)}
+            "correction": ("rollout",), "schedule": ("kl", "optim")}
 
 
 def registries():
@@ -33,9 +36,10 @@ def registries():
     from lmpo.losses.registry import LOSSES
     from lmpo.rollout.controllers.registry import CONTROLLERS
     from lmpo.rollout.corrections import CORRECTIONS
+    from lmpo.trainer.schedules import SCHEDULES
 
     return {"loss": LOSSES, "advantage": ADVANTAGES, "controller": CONTROLLERS,
-            "correction": CORRECTIONS}
+            "correction": CORRECTIONS, "schedule": SCHEDULES}
 
 
 def preset_parts() -> dict[tuple[str, str], list[str]]:
@@ -63,8 +67,8 @@ def rows() -> list[dict]:
     for section, registry in registries().items():
         for name in registry.names():
             meta = registry.meta(name)
-            if section == "controller" and name == "none":
-                continue
+            if (section, name) in (("controller", "none"), ("schedule", "fixed")):
+                continue  # the absence of one
             family = meta.get("family")
             if family is not None and family in families:
                 families[family]["presets"] += used.get((section, name), [])

@@ -4,6 +4,8 @@ planning and `lmpo report`."""
 
 from __future__ import annotations
 
+from lmpo.losses import default_aggregation
+
 RENAME = {"reward": "reward/mean", "entropy": "policy/entropy", "grad_norm": "grad/norm",
           "kl": "kl/ref", "num_tokens": "tokens/cumulative",
           "completions/mean_length": "rollout/length_mean"}
@@ -30,6 +32,12 @@ def trl_refusals(cfg) -> list[str]:
         (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
          "TRL's loss has no NLL term"),
         (cfg.lora.r > 0, f"lora.r={cfg.lora.r}", "pass a PEFT model to TRL yourself"),
+        (cfg.kl.schedule.name != "fixed", f"kl.schedule={cfg.kl.schedule.name}",
+         "TRL's beta is fixed"),
+        ((cfg.optim.entropy_coef or cfg.optim.entropy_schedule.name != "fixed")
+         and (cfg.loss.agg or default_aggregation(cfg.loss.name)) != "token-mean",
+         f"optim.entropy_coef with loss.agg={cfg.loss.agg or default_aggregation(cfg.loss.name)}",
+         "TRL's entropy bonus is a token mean whatever the loss's aggregation"),
         (r.batch_size % cfg.optim.minibatches != 0, f"optim.minibatches={cfg.optim.minibatches}",
          "the batch does not split into that many minibatches"),
     ]

@@ -136,6 +136,12 @@ def refusals(cfg) -> list[str]:
         (cfg.loss.off_policy_mask_threshold is not None,
          f"loss.off_policy_mask_threshold={cfg.loss.off_policy_mask_threshold}",
          "verl 0.9.1 has no off-policy sequence mask"),
+        (cfg.kl.schedule.name != "fixed" and cfg.kl.mode == "loss",
+         f"kl.schedule={cfg.kl.schedule.name} with kl.mode=loss",
+         "verl's adaptive kl_ctrl acts on the KL in the reward only (kl.mode: reward)"),
+        (cfg.optim.entropy_schedule.name != "fixed",
+         f"optim.entropy_schedule={cfg.optim.entropy_schedule.name}",
+         "verl 0.9.1's entropy_coeff is fixed"),
         (cfg.loss.top_entropy_quantile < 1,
          f"loss.top_entropy_quantile={cfg.loss.top_entropy_quantile}",
          "verl 0.9.1's actor has no entropy-quantile token selection"),
@@ -224,9 +230,16 @@ def kl_settings(cfg) -> dict:
     if cfg.kl.mode == "loss":
         return {f"{actor}.use_kl_loss": True, f"{actor}.kl_loss_coef": cfg.kl.coef,
                 f"{actor}.kl_loss_type": kind, "algorithm.use_kl_in_reward": False}
+    ctrl = {"algorithm.kl_ctrl.type": "fixed"}
+    if cfg.kl.schedule.name == "adaptive_kl":  # verl's AdaptiveKLController
+        from lmpo.trainer.schedules import SCHEDULES
+
+        full = SCHEDULES.hparams("adaptive_kl") | cfg.kl.schedule.hparams
+        ctrl = {"algorithm.kl_ctrl.type": "adaptive",
+                "algorithm.kl_ctrl.target_kl": full["target_kl"],
+                "algorithm.kl_ctrl.horizon": full["horizon"]}
     return {f"{actor}.use_kl_loss": False, "algorithm.use_kl_in_reward": True,
-            "algorithm.kl_ctrl.type": "fixed", "algorithm.kl_ctrl.kl_coef": cfg.kl.coef,
-            "algorithm.kl_penalty": kind}
+            **ctrl, "algorithm.kl_ctrl.kl_coef": cfg.kl.coef, "algorithm.kl_penalty": kind}
 
 
 def launch(exp, arm, seed: int, out=None) -> Launch:

@@ -50,10 +50,25 @@ def grpo_args(cfg, out: Path):
         use_bias_correction_kl=cfg.kl.bias_correction,  # TRL's default is True; lmpo's False
         off_policy_mask_threshold=cfg.loss.off_policy_mask_threshold,
         top_entropy_quantile=cfg.loss.top_entropy_quantile,
+        **entropy_settings(cfg),
         logging_steps=updates, report_to="none", save_strategy="no",
         use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run
         gradient_accumulation_steps=1,
         bf16=cfg.optim.dtype == "bfloat16")  # TRL's autocast, as lmpo's optim.dtype
+
+
+def entropy_settings(cfg) -> dict:
+    """optim.entropy_coef and its adaptive_entropy schedule as GRPOConfig's keys."""
+    out = {"entropy_coef": cfg.optim.entropy_coef}
+    sched = cfg.optim.entropy_schedule
+    if sched.name == "adaptive_entropy":
+        from lmpo.trainer.schedules import SCHEDULES
+
+        full = SCHEDULES.hparams("adaptive_entropy") | sched.hparams
+        out |= {"use_adaptive_entropy": True, "entropy_target": full["target"],
+                "entropy_coef_delta": full["delta"], "entropy_coef_min": full["coef_min"],
+                "entropy_coef_max": full["coef_max"]}
+    return out
 
 
 def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:

@@ -29,7 +29,8 @@ def token_rewards(batch, scored, cfg) -> torch.Tensor:
     rewards = torch.zeros(b, t, device=batch.resp_ids.device)
     rewards[torch.arange(b), scored.rollout.lengths - 1] = scored.scores.to(rewards.device)
     if cfg.kl.coef > 0 and cfg.kl.mode == "reward":
-        rewards = rewards - cfg.kl.coef * (batch.old_logp - batch.ref_logp) * batch.resp_mask
+        coef = cfg.kl.coef if batch.kl_coef is None else batch.kl_coef  # kl.schedule's
+        rewards = rewards - coef * (batch.old_logp - batch.ref_logp) * batch.resp_mask
     return rewards
 
 

@@ -81,6 +81,8 @@ def declared(cfg) -> list[str]:
              *(m for m in parts.objective.metrics if m != "loss/*")]
     shown = CONTROLLERS.meta(cfg.controller.name)["diagnostics"]
     names += [*shown, *(d.split("/")[0] + "/*" for d in shown)]  # and the family's others
+    if {cfg.kl.schedule.name, cfg.optim.entropy_schedule.name} != {"fixed"}:
+        names.append("schedule/*")  # an adaptive coefficient (lmpo.trainer.schedules)
     if cfg.rollout.correction.links():
         names.append("rollout_corr/*")
     if cfg.reward.model:

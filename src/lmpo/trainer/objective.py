@@ -39,6 +39,7 @@ class Micro:
     agg: str
     device: torch.device
     autocast: object  # a callable returning the update's autocast context
+    entropy_coef: float | None = None  # this minibatch's, where optim.entropy_schedule sets it
 
 
 # ---------------------------------------------------------------- token masks and weights
@@ -150,7 +151,8 @@ class KLTerm:
         kl_tok = kl_penalty(x.logp, x.batch.ref_logp[x.idx], self.kind)
         if self.bias_correction:
             kl_tok = kl_tok * torch.exp((x.logp - x.batch.old_logp[x.idx]).clamp(-20, 20))
-        return self.coef * aggregate(kl_tok, x.m, x.agg, **x.counts), {}, {}
+        coef = self.coef if x.batch.kl_coef is None else x.batch.kl_coef  # kl.schedule's
+        return coef * aggregate(kl_tok, x.m, x.agg, **x.counts), {}, {}
 
 
 @dataclass
@@ -162,7 +164,8 @@ class EntropyTerm:
     metrics: tuple = ()
 
     def __call__(self, x: Micro) -> tuple[torch.Tensor, dict, dict]:
-        return -self.coef * aggregate(x.ent, x.m, x.agg, **x.counts), {}, {}
+        coef = self.coef if x.entropy_coef is None else x.entropy_coef  # its schedule's
+        return -coef * aggregate(x.ent, x.m, x.agg, **x.counts), {}, {}
 
 
 @dataclass
@@ -222,7 +225,7 @@ def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
         terms.append(NLLTerm(cfg.loss.nll_coef))
     if cfg.kl.coef > 0 and cfg.kl.mode == "loss":
         terms.append(KLTerm(cfg.kl.coef, cfg.kl.kind, cfg.kl.bias_correction))
-    if cfg.optim.entropy_coef:
+    if cfg.optim.entropy_coef or cfg.optim.entropy_schedule.name != "fixed":
         terms.append(EntropyTerm(cfg.optim.entropy_coef))
     if critic is not None:
         terms.append(ValueTerm(critic, cfg.critic.value_coef, cfg.critic.value_clip))

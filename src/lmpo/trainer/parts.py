@@ -82,8 +82,16 @@ def build_controller_of(cfg):
         failure_reward=failure, reward_range=(low, high)))
 
 
+def build_schedules_of(cfg):
+    """The run's coefficient schedules (lmpo.trainer.schedules), or None if all fixed."""
+    from lmpo.trainer.schedules import build_schedules
+
+    return built("kl.schedule / optim.entropy_schedule", lambda: build_schedules(cfg))
+
+
 def check_parts(cfg) -> None:
     """Build every part `cfg` names, so that a bad value fails before any work."""
     build_parts(cfg)
     build_estimator(cfg)
     build_controller_of(cfg)
+    build_schedules_of(cfg)

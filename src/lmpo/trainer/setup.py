@@ -30,7 +30,13 @@ from lmpo.trainer.checkpoint import (
     truncate_rows,
 )
 from lmpo.trainer.history import PolicyHistory
-from lmpo.trainer.parts import Parts, build_controller_of, build_estimator, build_parts
+from lmpo.trainer.parts import (
+    Parts,
+    build_controller_of,
+    build_estimator,
+    build_parts,
+    build_schedules_of,
+)
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, adamw, prepare_policy, resolve_device
 from lmpo.trainer.shadow import build_shadows
@@ -167,6 +173,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         critic_opt=adamw(critic.parameters(), lr=cfg.critic.lr) if critic else None,
         controller=controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
+        schedules=build_schedules_of(cfg),
         observers=[obs for obs in (build_shadows(cfg),) if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})

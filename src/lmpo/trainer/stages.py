@@ -174,7 +174,8 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=None if fixed is None else fixed.mask,
-                      correct=scored.correct.to(device)), row
+                      correct=scored.correct.to(device),
+                      kl_coef=None if state.schedules is None else state.schedules.kl_coef()), row
 
 
 def diagnostic_step(step: int, cfg) -> bool:

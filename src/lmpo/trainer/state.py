@@ -35,6 +35,7 @@ class RunState:
     controller: Any = None  # lmpo.rollout.RolloutController or None
     reward_norm: Any = None  # a reward model's running score moments (reward.normalize)
     history: Any = None  # the policy versions stale rollouts sample with (rollout.staleness)
+    schedules: Any = None  # adaptive KL / entropy coefficients (lmpo.trainer.schedules)
     # what watches the step without changing it (same-batch comparators: lmpo.trainer.shadow),
     # each with its checkpoint key
     observers: list = field(default_factory=list)
@@ -44,7 +45,7 @@ class RunState:
     before: dict | None = None  # the evaluation before training
 
     _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller",
-              "reward_norm", "history")
+              "reward_norm", "history", "schedules")
 
     def state_dict(self) -> dict:
         parts = {name: getattr(self, name) for name in self._PARTS}

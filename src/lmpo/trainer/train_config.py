@@ -215,6 +215,16 @@ class CriticConfig:
 
 
 @dataclass
+class ScheduleConfig:
+    """A coefficient schedule (lmpo.trainer.schedules): `fixed` (the configured coefficient
+    throughout), `adaptive_kl` (verl's AdaptiveKLController) or `adaptive_entropy`
+    (TRL's use_adaptive_entropy), started at the configured coefficient."""
+
+    name: str = "fixed"
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class KLConfig:
     coef: float = dom(0.0, "[0, inf)")
     """Strength of the KL to the frozen reference policy (0 = no reference model)."""
@@ -228,6 +238,10 @@ class KLConfig:
     """kl.mode loss: multiply each token's KL estimate by its ratio pi / pi_old
     (differentiable), so that samples from pi_old estimate KL(pi || ref) without bias
     (DeepSeek-V3.2; TRL's use_bias_correction_kl, on by default there)."""
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """fixed | adaptive_kl {target_kl: 0.1, horizon: 10000} (verl's kl_ctrl.type:
+    adaptive): the coefficient starts at `coef` and moves after each step with the batch's
+    KL to the reference (lmpo.trainer.schedules; checkpointed)."""
 
 
 @dataclass
@@ -244,6 +258,10 @@ class OptimConfig:
     micro_batch_size: int = dom(64, "int [1, inf)")
     """Sequences per forward/backward; gradients accumulate with global token counts."""
     entropy_coef: float = 0.0
+    entropy_schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """fixed | adaptive_entropy {target: 0.2, delta: 0.005, coef_min: 0, coef_max: 1} (TRL's
+    use_adaptive_entropy, Skywork-OR1): the bonus starts at `entropy_coef`, moves after
+    each optimiser step and acts only while the entropy is at or below the target."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass (less memory, ~1.3x time)."""
     shared_prefix: bool = True

@@ -54,6 +54,7 @@ class TrainBatch:
     update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
     # resp_mask): the loss, its token counts and the value loss use it
     correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
+    kl_coef: float | None = None  # this step's KL coefficient where a schedule sets it
 
 
 EXTREMES = ("_min", "_max")
@@ -72,12 +73,14 @@ def combine(sums: dict, key: str, value: float, weight: float) -> None:
 
 
 def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: torch.Tensor,
-                         cfg, observers=()) -> tuple[dict[str, float], str | None]:
+                         cfg, observers=(), schedules=None
+                         ) -> tuple[dict[str, float], str | None]:
     """Forward and backward over the micro-batches of minibatch `mb` (sample indices), the
     objective's terms summed in order, one backward each; gradients accumulate in `.grad`.
     Returns (metrics, name of a non-finite term or None); on a non-finite term it stops
     before that micro-batch's backward. `observers` (same-batch comparators,
-    lmpo.trainer.shadow) see each micro-batch's policy term without changing anything."""
+    lmpo.trainer.shadow) see each micro-batch's policy term without changing anything;
+    `schedules` (RunState.schedules) give the entropy coefficient and see the entropy."""
     resp_mask = batch.resp_mask if batch.update_mask is None else batch.update_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
               # seq-mean-token-sum-norm's horizon: the fixed generation budget, not the longest row
@@ -88,11 +91,14 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     agg = objective.agg
     params = [p for p in policy.parameters() if p.requires_grad] if observers else []
     sums: dict[str, float] = defaultdict(float)
+    entropy_coef = None if schedules is None else schedules.entropy_coef()
     for micro in mb.split(cfg.optim.micro_batch_size):
         m = resp_mask[micro]
         logp, ent = micro_forward(policy, batch, micro, cfg)
         x = Micro(batch, micro, m, logp, ent, counts, agg, logp.device,
-                  lambda device=logp.device: autocast(cfg, device))
+                  lambda device=logp.device: autocast(cfg, device), entropy_coef)
+        if schedules is not None:
+            schedules.observe_entropy(ent, m)
         values, averaged = {}, {}
         for term in objective.terms:
             values[term.name], more, summed = term(x)
@@ -138,7 +144,8 @@ def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, st
     optimiser steps. Returns the metrics averaged over the applied updates (a _min or _max
     metric: its extreme over them), plus `train/updates`. Raises NonFiniteError after
     `cfg.max_nonfinite` consecutive non-finite updates (each is skipped)."""
-    policy, critic, counters = state.policy, state.critic, state.counters
+    policy, critic, counters, schedules = state.policy, state.critic, state.counters, \
+        state.schedules
     sums: dict[str, float] = defaultdict(float)
     updates = 0
     for _epoch in range(cfg.optim.epochs):
@@ -147,12 +154,15 @@ def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, st
             state.opt.zero_grad(set_to_none=True)
             if critic is not None:
                 state.critic_opt.zero_grad(set_to_none=True)
-            metrics, bad = accumulate_gradients(policy, objective, batch, mb, cfg, observers)
+            metrics, bad = accumulate_gradients(policy, objective, batch, mb, cfg, observers,
+                                                schedules)
             for obs in observers:
                 obs.end_minibatch()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.optim.grad_clip)
             if bad is None and not torch.isfinite(grad_norm):
                 bad = "policy gradient"
+            if schedules is not None:
+                schedules.end_minibatch(applied=bad is None)
             if bad is not None:
                 counters.nonfinite_streak += 1
                 counters.skipped += 1
@@ -175,4 +185,6 @@ def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, st
             updates += 1
     out = {k: v if k.endswith(EXTREMES) else v / updates
            for k, v in sums.items()} if updates else {}
+    if schedules is not None:
+        out |= schedules.end_step(batch, cfg)
     return out | {"train/updates": float(updates)}

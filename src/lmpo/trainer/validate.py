@@ -19,6 +19,7 @@ from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
 from lmpo.trainer.greedy import wants_greedy
 from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
+from lmpo.trainer.schedules import list_schedules
 from lmpo.trainer.shadow import build_comparators
 from lmpo.trainer.trackers import check_wandb
 from lmpo.user_modules import import_user_modules
@@ -58,6 +59,9 @@ def check_names(cfg) -> None:
         else [(f"rollout.correction[{i}].kind", kind) for i, (kind, _) in enumerate(corr.links())]
     for key, name, names in (("advantage", cfg.advantage.name, list_advantages()),
                              ("controller", cfg.controller.name, list_controllers()),
+                             ("kl.schedule.name", cfg.kl.schedule.name, list_schedules("kl")),
+                             ("optim.entropy_schedule.name", cfg.optim.entropy_schedule.name,
+                              list_schedules("entropy")),
                              *((key, kind, list_corrections()) for key, kind in kinds)):
         if name not in names:
             raise ConfigError(f"unknown {key} {name!r}{nearest(name, names)}; valid: "
