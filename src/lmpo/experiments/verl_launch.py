@@ -139,6 +139,8 @@ def refusals(cfg) -> list[str]:
         (cfg.kl.schedule.name != "fixed" and cfg.kl.mode == "loss",
          f"kl.schedule={cfg.kl.schedule.name} with kl.mode=loss",
          "verl's adaptive kl_ctrl acts on the KL in the reward only (kl.mode: reward)"),
+        (cfg.loss.agg == "prompt-mean", "loss.agg=prompt-mean",
+         "verl 0.9.1's loss_agg_mode has no prompt-level mean"),
         (cfg.optim.entropy_schedule.name != "fixed",
          f"optim.entropy_schedule={cfg.optim.entropy_schedule.name}",
          "verl 0.9.1's entropy_coeff is fixed"),

@@ -174,7 +174,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=None if fixed is None else fixed.mask,
-                      correct=scored.correct.to(device),
+                      correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),
                       kl_coef=None if state.schedules is None else state.schedules.kl_coef()), row
 
 

@@ -28,7 +28,7 @@ from lmpo.choices import (
 )
 from lmpo.config import ConfigError, flat_config
 from lmpo.legacy import replaced
-from lmpo.masked import AGG_MODES
+from lmpo.masked import ALL_AGG_MODES
 from lmpo.registry import DEFAULT_CONTROLLER, DEFAULT_ESTIMATOR, DEFAULT_LOSS
 from lmpo.trainer.parts import needs_critic
 from lmpo.trainer.testbed_keys import check_testbed_keys
@@ -175,7 +175,7 @@ class LossConfig:
     name: str = DEFAULT_LOSS
     """Any name from lmpo.losses.list_losses()."""
     hparams: dict[str, Any] = field(default_factory=dict)
-    agg: str | None = dom(None, one_of(AGG_MODES) + " | None")
+    agg: str | None = dom(None, one_of(ALL_AGG_MODES) + " | None")
     """Aggregation mode; None = the method's default (lmpo.losses.default_aggregation)."""
     nll_coef: float = dom(0.0, "[0, inf)")
     """Add nll_coef x the NLL of the correct responses (aggregated as the loss is, over

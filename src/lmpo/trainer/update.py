@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.errors import RunError
-from lmpo.masked import masked_mean
+from lmpo.masked import PROMPT_MEAN, masked_mean, prompt_weights
 from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.objective import Micro, Objective
 
@@ -55,6 +55,7 @@ class TrainBatch:
     # resp_mask): the loss, its token counts and the value loss use it
     correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
     kl_coef: float | None = None  # this step's KL coefficient where a schedule sets it
+    group_ids: torch.Tensor | None = None  # [B] each sample's prompt (loss.agg prompt-mean)
 
 
 EXTREMES = ("_min", "_max")
@@ -92,10 +93,15 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     params = [p for p in policy.parameters() if p.requires_grad] if observers else []
     sums: dict[str, float] = defaultdict(float)
     entropy_coef = None if schedules is None else schedules.entropy_coef()
-    for micro in mb.split(cfg.optim.micro_batch_size):
+    weights = prompt_weights(resp_mask[mb], batch.group_ids[mb]) if agg == PROMPT_MEAN \
+        else None  # each row's share under prompt-mean, over the whole minibatch
+    for start, micro in zip(range(0, len(mb), cfg.optim.micro_batch_size),
+                            mb.split(cfg.optim.micro_batch_size), strict=True):
         m = resp_mask[micro]
         logp, ent = micro_forward(policy, batch, micro, cfg)
-        x = Micro(batch, micro, m, logp, ent, counts, agg, logp.device,
+        here = counts if weights is None else \
+            counts | {"row_weights": weights[start:start + len(micro)].to(logp.device)}
+        x = Micro(batch, micro, m, logp, ent, here, agg, logp.device,
                   lambda device=logp.device: autocast(cfg, device), entropy_coef)
         if schedules is not None:
             schedules.observe_entropy(ent, m)
@@ -107,7 +113,7 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
                 sums[k] += v
             if term is objective.terms[0]:  # the policy term: what comparators replay
                 for obs in observers:
-                    obs.micro(logp, values[term.name], batch, micro, m, counts, agg, params)
+                    obs.micro(logp, values[term.name], batch, micro, m, here, agg, params)
         bad = next((k for k, v in values.items() if not torch.isfinite(v)), None)
         if bad:
             return dict(sums), bad

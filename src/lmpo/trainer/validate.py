@@ -147,6 +147,9 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
          "kl.mode=reward needs the actor-critic family (an estimator that trains a critic)"),
         (not kl.bias_correction or kl.mode == "loss",
          "kl.bias_correction weights a KL loss term: it needs kl.mode=loss"),
+        (not (cfg.loss.agg == "prompt-mean" and cfg.loss.nll_coef),
+         "loss.agg prompt-mean weighs each prompt's tokens, but loss.nll_coef's term counts "
+         "the correct responses' tokens alone: use another loss.agg with loss.nll_coef"),
     ]
 
 
