@@ -306,9 +306,9 @@ def test_the_off_policy_mask_acts_on_the_compared_batch(tmp_path):
     assert trainer._metrics["train"]["lmpo/opsm/masked_frac"][-1] > 0.05
 
 
-def test_an_adaptive_entropy_schedule_becomes_trls_adaptive_entropy_control(tmp_path):
-    """optim.entropy_schedule adaptive_entropy reaches GRPOConfig as TRL's own keys, which
-    TRL validates when it builds the config."""
+def test_entropy_and_length_settings_become_trls_own(tmp_path):
+    """optim.entropy_schedule adaptive_entropy and loss.mask_truncated reach GRPOConfig as
+    TRL's own keys, which TRL validates when it builds the config."""
     from lmpo.config import load_config
     from lmpo.integrations.trl_run import grpo_args
     from lmpo.trainer.train_config import TrainConfig
@@ -321,3 +321,6 @@ def test_an_adaptive_entropy_schedule_becomes_trls_adaptive_entropy_control(tmp_
             args.entropy_coef_delta, args.entropy_coef_min, args.entropy_coef_max) == \
         (0.02, True, 0.7, 0.01, 0.0, 0.1)
     assert grpo_args(load_config(TrainConfig, "grpo"), tmp_path).use_adaptive_entropy is False
+    # loss.mask_truncated is TRL's own mask_truncated_completions
+    assert grpo_args(load_config(TrainConfig, "grpo", ["loss.mask_truncated=true"]),
+                     tmp_path).mask_truncated_completions is True

@@ -343,3 +343,40 @@ def test_adaptive_kl_equals_verls_controller_and_its_kl_in_reward():
         mine.update(current, b)
         assert mine.value == pytest.approx(theirs.value, rel=1e-12)
     assert mine.value != 0.2
+
+
+def test_the_overlong_penalty_equals_verls_dapo_reward_manager(tiny_policy_dir):
+    """lmpo.trainer.length.overlong_penalty against verl's own `DAPORewardManager` with
+    `overlong_buffer` (its score function returning 0, so its reward is the penalty alone)
+    on responses of every length up to the budget, EOS included in the length as verl
+    counts its valid response length."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from tensordict import TensorDict
+    from verl import DataProto
+    from verl.workers.reward_manager.dapo import DAPORewardManager
+
+    from lmpo.models import load_policy
+    from lmpo.trainer.length import overlong_penalty
+
+    _, tok = load_policy(tiny_policy_dir)
+    budget, buffer_len, factor = 12, 5, 0.7
+    lengths = torch.arange(1, budget + 1)
+    b, p = len(lengths), 3
+    prompts = torch.full((b, p), 5)
+    responses = torch.full((b, budget), 7)
+    mask = torch.cat([torch.ones(b, p, dtype=torch.long),
+                      (torch.arange(budget)[None] < lengths[:, None]).long()], dim=1)
+    data = DataProto(batch=TensorDict({"prompts": prompts, "responses": responses,
+                                       "attention_mask": mask}, batch_size=[b]),
+                     non_tensor_batch={"reward_model": np.array([{"ground_truth": "1"}] * b),
+                                       "data_source": np.array(["lmpo"] * b)})
+    manager = DAPORewardManager(
+        tokenizer=tok, num_examine=0, compute_score=lambda **_: 0.0, max_resp_len=budget,
+        overlong_buffer_cfg=SimpleNamespace(enable=True, len=buffer_len,
+                                            penalty_factor=factor, log=False))
+    theirs = manager(data)[torch.arange(b), lengths - 1].double()
+    mine = overlong_penalty(lengths, budget, buffer_len, factor)
+    torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7)  # verl's float32 tensor
+    assert (mine < 0).sum() == buffer_len and mine[-1] == pytest.approx(-factor)

@@ -32,6 +32,8 @@ def trl_refusals(cfg) -> list[str]:
         (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
          "TRL's loss has no NLL term"),
         (cfg.lora.r > 0, f"lora.r={cfg.lora.r}", "pass a PEFT model to TRL yourself"),
+        (cfg.reward.overlong.buffer_len > 0, "reward.overlong",
+         "TRL has no overlong penalty (write it as a reward function)"),
         (cfg.loss.agg == "prompt-mean", "loss.agg=prompt-mean",
          "TRL's loss types have no prompt-level mean"),
         (cfg.kl.schedule.name != "fixed", f"kl.schedule={cfg.kl.schedule.name}",

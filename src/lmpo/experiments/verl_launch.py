@@ -139,6 +139,11 @@ def refusals(cfg) -> list[str]:
         (cfg.kl.schedule.name != "fixed" and cfg.kl.mode == "loss",
          f"kl.schedule={cfg.kl.schedule.name} with kl.mode=loss",
          "verl's adaptive kl_ctrl acts on the KL in the reward only (kl.mode: reward)"),
+        (cfg.reward.overlong.buffer_len > 0, "reward.overlong",
+         "set verl's DAPO reward manager's overlong_buffer yourself: lmpo export-data writes "
+         "the task's own reward"),
+        (cfg.loss.mask_truncated, "loss.mask_truncated=True",
+         "verl 0.9.1's actor does not mask truncated responses"),
         (cfg.loss.agg == "prompt-mean", "loss.agg=prompt-mean",
          "verl 0.9.1's loss_agg_mode has no prompt-level mean"),
         (cfg.optim.entropy_schedule.name != "fixed",

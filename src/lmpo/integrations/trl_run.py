@@ -50,6 +50,7 @@ def grpo_args(cfg, out: Path):
         use_bias_correction_kl=cfg.kl.bias_correction,  # TRL's default is True; lmpo's False
         off_policy_mask_threshold=cfg.loss.off_policy_mask_threshold,
         top_entropy_quantile=cfg.loss.top_entropy_quantile,
+        mask_truncated_completions=cfg.loss.mask_truncated,
         **entropy_settings(cfg),
         logging_steps=updates, report_to="none", save_strategy="no",
         use_cpu=resolve_device(cfg.device).type == "cpu",  # `device`, as for an lmpo run

@@ -21,6 +21,7 @@ from lmpo.models import save_policy
 from lmpo.models.adapters import merged_copy
 from lmpo.trainer.advantage import update_advantage_size
 from lmpo.trainer.checkpoint import append_row, read_rows, save_checkpoint
+from lmpo.trainer.length import shape_scores
 from lmpo.trainer.setup import Run, open_run, progress_bar, training_pool
 from lmpo.trainer.stages import (
     Clock,
@@ -107,6 +108,7 @@ def train_step(step: int, run: Run) -> dict:
                       "tokens/generated": float(scored.rollout.num_generated),
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
+    row |= shape_scores(scored, cfg)  # reward.overlong, loss.mask_truncated
     batch, anchors = training_batch(step, cfg, state, scored, rt.device,
                                     differs=rt.rollout_model.differs, correction=parts.correction)
     batch.keep, kept = rt.filter.select(scored)

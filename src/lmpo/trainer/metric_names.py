@@ -83,6 +83,10 @@ def declared(cfg) -> list[str]:
     names += [*shown, *(d.split("/")[0] + "/*" for d in shown)]  # and the family's others
     if {cfg.kl.schedule.name, cfg.optim.entropy_schedule.name} != {"fixed"}:
         names.append("schedule/*")  # an adaptive coefficient (lmpo.trainer.schedules)
+    if cfg.loss.mask_truncated or cfg.reward.overlong.buffer_len:
+        names.append("rollout/truncated_frac")  # lmpo.trainer.length
+    if cfg.reward.overlong.buffer_len:
+        names += ["reward/overlong_mean", "reward/overlong_frac"]
     if cfg.rollout.correction.links():
         names.append("rollout_corr/*")
     if cfg.reward.model:

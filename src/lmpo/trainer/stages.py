@@ -23,6 +23,7 @@ from lmpo.rollout.types import Rollout
 from lmpo.trainer.batch import score_rollout
 from lmpo.trainer.filters import Drawn
 from lmpo.trainer.greedy import add_greedy_baselines
+from lmpo.trainer.length import kept_rows
 from lmpo.trainer.update import TrainBatch, autocast
 
 
@@ -164,6 +165,11 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
             row |= fixed.metrics
         if cfg.rollout.old_logp == "recompute":
             old_logp = pre_update
+    update_mask = None if fixed is None else fixed.mask
+    keep_rows = kept_rows(rollout, cfg)  # loss.mask_truncated: truncated rows leave the loss
+    if keep_rows is not None:
+        update_mask = (resp_mask if update_mask is None else update_mask) \
+            * keep_rows.to(resp_mask)[:, None]
     ref_logp = None
     if cfg.kl.coef > 0 or diagnostic_step(step, cfg):
         with torch.no_grad(), autocast(cfg, device):
@@ -173,7 +179,7 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       is_weights=None if fixed is None else fixed.weights,
-                      update_mask=None if fixed is None else fixed.mask,
+                      update_mask=update_mask,
                       correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),
                       kl_coef=None if state.schedules is None else state.schedules.kl_coef()), row
 

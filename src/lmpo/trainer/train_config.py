@@ -127,6 +127,19 @@ class RolloutConfig:
 
 
 @dataclass
+class OverlongConfig:
+    """DAPO's soft overlong penalty (verl's DAPO reward manager `overlong_buffer`; OpenRLHF
+    `overlong_buffer_len` / `overlong_penalty_factor`): a response of L tokens longer than
+    rollout.max_new_tokens - buffer_len loses (L - (max_new_tokens - buffer_len)) /
+    buffer_len * penalty_factor from its score (lmpo.trainer.length)."""
+
+    buffer_len: int = dom(0, "int [0, inf)")
+    """Tokens before the budget where the penalty starts; 0 = off."""
+    penalty_factor: float = dom(1.0, "[0, inf)")
+    """The penalty at the budget itself."""
+
+
+@dataclass
 class RewardConfig:
     fn: str = "task"
     """task (the task's own scorer) | exact | last_number | math_verify |
@@ -157,6 +170,9 @@ class RewardConfig:
     after this many seconds with one line naming the sample that hangs; None calls it in
     the trainer's process without a limit (lmpo.reward_worker). Every user score
     must be finite and within +-1e6 (lmpo.rewards.MAX_ABS_REWARD)."""
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    """DAPO's soft overlong penalty, added to every response's score: {buffer_len,
+    penalty_factor}."""
 
 
 @dataclass
@@ -189,6 +205,10 @@ class LossConfig:
     """For any loss: train only on the tokens whose entropy is in the top q of the
     minibatch's response tokens (Wang et al. 2025, "Beyond the 80/20 rule": q = 0.2; TRL's
     name). 1.0 = every token."""
+    mask_truncated: bool = False
+    """Leave responses that reached rollout.max_new_tokens without ending out of the loss
+    and its token counts (their rewards still count in their groups' advantages): TRL's
+    mask_truncated_completions (lmpo.trainer.length)."""
 
 
 @dataclass

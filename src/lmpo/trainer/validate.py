@@ -147,6 +147,10 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
          "kl.mode=reward needs the actor-critic family (an estimator that trains a critic)"),
         (not kl.bias_correction or kl.mode == "loss",
          "kl.bias_correction weights a KL loss term: it needs kl.mode=loss"),
+        (cfg.reward.overlong.buffer_len <= cfg.rollout.max_new_tokens,
+         f"reward.overlong.buffer_len {cfg.reward.overlong.buffer_len} is longer than "
+         f"rollout.max_new_tokens {cfg.rollout.max_new_tokens}: the penalty would start "
+         "before the response does"),
         (not (cfg.loss.agg == "prompt-mean" and cfg.loss.nll_coef),
          "loss.agg prompt-mean weighs each prompt's tokens, but loss.nll_coef's term counts "
          "the correct responses' tokens alone: use another loss.agg with loss.nll_coef"),
