@@ -53,3 +53,41 @@ def test_the_readme_is_rewritten_between_its_markers(tmp_path, capsys):
         methods.rewrite_readme(tmp_path / "bare.md")
     assert main(["methods", "--markdown"]) == 0
     assert "| loss | `cegppo` | CE-GPPO | arXiv 2509.20712 |" in capsys.readouterr().out
+
+
+def test_every_cross_cutting_option_is_a_config_key_and_found_by_its_names(capsys):
+    """Each option's key is a TrainConfig key (a loss's or estimator's hyper-parameter
+    for `loss.hparams.*` / `advantage.hparams.*`), and `lmpo methods TEXT` finds it by a
+    name papers give it and by its engine spelling."""
+    import dataclasses
+    import typing
+
+    from lmpo.advantages import advantage_hparams
+    from lmpo.cli import main
+    from lmpo.losses import list_losses, loss_hparams
+    from lmpo.options import OPTIONS, find
+    from lmpo.trainer.train_config import TrainConfig
+
+    for o in OPTIONS:
+        section, _, rest = o.key.partition(".")
+        if rest.startswith("hparams."):
+            name = rest.split(".", 1)[1]
+            owners = [n for n in list_losses() if name in loss_hparams(n)] \
+                if section == "loss" else [n for n in ["grpo"] if name in advantage_hparams(n)]
+            assert owners, o.key
+            continue
+        cls = TrainConfig
+        for part in o.key.split("."):
+            assert dataclasses.is_dataclass(cls), o.key
+            hints = typing.get_type_hints(cls)
+            assert part in {f.name for f in dataclasses.fields(cls)}, o.key
+            cls = hints[part]
+    assert [o.key for o in find("opsm")] == ["loss.off_policy_mask_threshold"]
+    assert [o.key for o in find("off-policy sequence mask")] == \
+        ["loss.off_policy_mask_threshold"]
+    assert "loss.mask_truncated" in [o.key for o in find("mask_truncated_completions")]
+    assert "rollout.correction" in [o.key for o in find("rollout_rs")]
+    assert main(["methods", "OPSM"]) == 0
+    assert "loss.off_policy_mask_threshold" in capsys.readouterr().out
+    assert main(["methods", "no-such-method-anywhere"]) == 1
+    assert "no method or option mentions" in capsys.readouterr().err

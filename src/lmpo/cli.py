@@ -89,8 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
 
-    me = sub.add_parser("methods", help="every registered loss, estimator and rollout "
-                                        "controller, with its source and presets")
+    me = sub.add_parser("methods", help="every registered loss, estimator, rollout "
+                                        "controller, correction and schedule, with its source "
+                                        "and presets, and the cross-cutting options")
+    me.add_argument("search", nargs="?", default=None,
+                    help="only the methods and options whose names, sources or engine "
+                         "spellings contain this (e.g. OPSM, mask_truncated, rollout_rs)")
     me.add_argument("--markdown", action="store_true", help="print the table as markdown")
     me.add_argument("--readme", metavar="FILE",
                     help="rewrite the methods table between FILE's markers "
@@ -139,19 +143,35 @@ def cmd_methods(args) -> int:
         changed = methods.rewrite_readme(args.readme)
         print(f"{args.readme}: methods table {'rewritten' if changed else 'already current'}")
         return 0
+    from lmpo import options
+
     if args.markdown:
-        print(methods.markdown())
+        print(methods.markdown() + "\n\n" + options.markdown())
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="lmpo methods (`kind` is the config section that names it)")
-    for col in ("kind", "name", "method", "source", "what it does", "presets"):
-        table.add_column(col)
-    for r in methods.rows():
-        table.add_row(r["kind"], r["name"], r["title"], r["source"], r["summary"],
-                      ", ".join(r["presets"]) or "-")
-    Console(width=max(140, Console().width)).print(table)
+    found = methods.rows() if args.search is None else methods.search(args.search)
+    opts = options.OPTIONS if args.search is None else options.find(args.search)
+    console = Console(width=max(140, Console().width))
+    if found:
+        table = Table(title="lmpo methods (`kind` is the config section that names it)")
+        for col in ("kind", "name", "method", "source", "what it does", "presets"):
+            table.add_column(col)
+        for r in found:
+            table.add_row(r["kind"], r["name"], r["title"], r["source"], r["summary"],
+                          ", ".join(r["presets"]) or "-")
+        console.print(table)
+    if opts:
+        table = Table(title="cross-cutting options (a config key each)")
+        for col in ("option", "also called", "in the engines", "what it does"):
+            table.add_column(col)
+        for o in opts:
+            table.add_row(o.key, o.names, o.engines, o.summary)
+        console.print(table)
+    if not (found or opts):
+        print(f"no method or option mentions {args.search!r}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -93,7 +93,18 @@ def markdown() -> str:
 
 
 def readme_block() -> str:
-    return f"{BEGIN}\n{markdown()}\n{END}"
+    from lmpo import options
+
+    return (f"{BEGIN}\n{markdown()}\n\nThe cross-cutting options (settings that act on any "
+            f"loss, estimator or rollout; `lmpo.options`), under lmpo's key with the names "
+            f"papers and engines give them:\n\n{options.markdown()}\n{END}")
+
+
+def search(text: str) -> list[dict]:
+    """The method rows whose name, title, source or summary contain `text` (any case)."""
+    t = text.lower()
+    return [r for r in rows()
+            if t in " ".join((r["name"], r["title"], r["source"], r["summary"])).lower()]
 
 
 def rewrite_readme(path: str | Path) -> bool:
