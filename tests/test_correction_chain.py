@@ -83,16 +83,22 @@ def test_a_chain_and_a_kind_together_are_refused():
             "rollout.correction={kind: tis, chain: [{kind: tis}, {kind: rs_token_k1}]}"])
 
 
-def test_three_steps_with_a_chain_log_each_link(tiny_policy_dir, tmp_path):
-    cfg = tiny_cfg(tiny_policy_dir, "grpo", [
-        "steps=3", "rollout.dtype=fp8_e4m3",
-        "rollout.correction=[{kind: rs_token_k1, hparams: {lower: 0.9, upper: 1.1}}, "
-        "{kind: icepop}]"])
+@pytest.mark.parametrize("chain,kinds", [
+    ("[{kind: rs_token_k1, hparams: {lower: 0.9, upper: 1.1}}, {kind: icepop}]",
+     ("rs_token_k1", "icepop")),
+    ("[{kind: outlier_token_is, hparams: {lower: 0.5, upper: 2}}, "
+     "{kind: tis, hparams: {lower: 0.8, upper: 1.2}}]", ("outlier_token_is", "tis")),
+])
+def test_three_steps_with_a_chain_log_each_link(chain, kinds, tiny_policy_dir, tmp_path):
+    """On the testbed with FP8 rollouts (a mismatch to correct), each chain of kinds
+    (the two-sided TIS and SkyRL's outlier mask among them) trains 3 steps."""
+    cfg = tiny_cfg(tiny_policy_dir, "grpo", ["steps=3", "rollout.dtype=fp8_e4m3",
+                                             f"rollout.correction={chain}"])
     train(cfg, tmp_path / "run", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n")
             if x]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for row in rows:
-        assert {"rollout_corr/rs_token_k1/masked_frac", "rollout_corr/icepop/masked_frac",
-                "rollout_corr/masked_frac", "rollout_corr/weight_mean"} <= set(row)
+        assert {*(f"rollout_corr/{k}/masked_frac" for k in kinds), "rollout_corr/masked_frac",
+                "rollout_corr/weight_mean"} <= set(row)
         assert all(logs(declared(cfg), k) for k in row)
