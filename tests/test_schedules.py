@@ -114,7 +114,9 @@ def test_an_adaptive_entropy_run_starts_the_bonus_when_entropy_falls_to_target(
 def test_a_bad_schedule_fails_in_one_line_before_any_work(override, says, tiny_policy_dir,
                                                           tmp_path):
     with pytest.raises(ConfigError) as err:
-        train(tiny_cfg(tiny_policy_dir, "grpo", ["steps=1", override]), tmp_path / "run",
-              progress=False)
+        train(tiny_cfg(tiny_policy_dir, "grpo", ["steps=1", "kl.coef=0.1", override]),
+              tmp_path / "run", progress=False)
     assert says in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="it needs kl.coef > 0"):  # nothing to move
+        tiny_cfg(tiny_policy_dir, "grpo", ["kl.schedule={name: adaptive_kl}"])
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

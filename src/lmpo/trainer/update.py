@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.errors import RunError
-from lmpo.masked import PROMPT_MEAN, masked_mean, prompt_weights
+from lmpo.masked import masked_mean, prompt_weights
 from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.objective import Micro, Objective
 
@@ -93,8 +93,10 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     params = [p for p in policy.parameters() if p.requires_grad] if observers else []
     sums: dict[str, float] = defaultdict(float)
     entropy_coef = None if schedules is None else schedules.entropy_coef()
-    weights = prompt_weights(resp_mask[mb], batch.group_ids[mb]) if agg == PROMPT_MEAN \
-        else None  # each row's share under prompt-mean, over the whole minibatch
+    # each row's share under prompt-mean, over the whole minibatch (for the run's loss or a
+    # comparator's; the other modes ignore it)
+    weights = None if batch.group_ids is None else \
+        prompt_weights(resp_mask[mb], batch.group_ids[mb])
     for start, micro in zip(range(0, len(mb), cfg.optim.micro_batch_size),
                             mb.split(cfg.optim.micro_batch_size), strict=True):
         m = resp_mask[micro]

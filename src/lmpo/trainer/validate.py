@@ -151,6 +151,8 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
          f"reward.overlong.buffer_len {cfg.reward.overlong.buffer_len} is longer than "
          f"rollout.max_new_tokens {cfg.rollout.max_new_tokens}: the penalty would start "
          "before the response does"),
+        (cfg.kl.schedule.name == "fixed" or cfg.kl.coef > 0,
+         f"kl.schedule {cfg.kl.schedule.name} moves kl.coef by a factor: it needs kl.coef > 0"),
         (not (cfg.loss.agg == "prompt-mean" and cfg.loss.nll_coef),
          "loss.agg prompt-mean weighs each prompt's tokens, but loss.nll_coef's term counts "
          "the correct responses' tokens alone: use another loss.agg with loss.nll_coef"),
