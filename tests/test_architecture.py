@@ -20,12 +20,13 @@ SRC = ROOT / "src" / "lmpo"
 
 # Every top-level module or package of lmpo, lowest first: a module may import only
 # those before it (and itself). Data flows down, nothing flows back up.
-LAYERS = ["__init__", "errors", "atomic", "processes", "yamlfile", "extras", "domains",
+LAYERS = ["__init__", "errors", "atomic", "processes", "process_env", "yamlfile", "extras",
+          "domains",
           "choices", "registry", "masked", "logprobs", "welford",
           "faults", "locks", "user_modules", "reward_worker", "cache", "presets", "config",
           "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
-          "reward_model_training", "trainer", "methods", "experiments", "integrations",
+          "reward_model_training", "trainer", "options", "methods", "experiments", "integrations",
           "cli_experiments", "cli",
           "__main__"]
 

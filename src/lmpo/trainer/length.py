@@ -1,9 +1,9 @@
-"""What a response's length does to its training: DAPO's soft overlong penalty on its
-score (`reward.overlong`) and TRL's `mask_truncated_completions` (`loss.mask_truncated`),
-and the share of responses that hit the budget. A run with neither logs nothing new.
+"""What a response's length does to its training: the soft overlong penalty on its score
+(`reward.overlong`) and TRL's `mask_truncated_completions` (`loss.mask_truncated`), and
+the share of responses that hit the budget. A run with neither logs nothing new.
 
-- **Overlong penalty** (verl's `DAPORewardManager` with `overlong_buffer`, the DAPO
-  paper's soft punishment): with budget L_max (`rollout.max_new_tokens`) and buffer
+- **Overlong penalty** (verl's reward manager with `overlong_buffer`, the soft overlong
+  punishment of Yu et al. 2025): with budget L_max (`rollout.max_new_tokens`) and buffer
   L_buf, a response of L tokens (its EOS counted, as verl's valid response length) gets
   min(-(L - (L_max - L_buf)) / L_buf * factor, 0) added to its score: 0 up to L_max -
   L_buf, falling linearly to -factor at the budget.
@@ -20,7 +20,7 @@ import torch
 
 def overlong_penalty(lengths: torch.Tensor, budget: int, buffer_len: int,
                      factor: float) -> torch.Tensor:
-    """[B] verl's DAPO penalty for responses of `lengths` tokens (float64)."""
+    """[B] verl's overlong penalty for responses of `lengths` tokens (float64)."""
     expected = budget - buffer_len
     exceed = lengths.to(torch.float64) - expected
     return torch.clamp(-exceed / buffer_len * factor, max=0.0)

@@ -24,6 +24,7 @@ from lmpo.rollout import build_controller
 from lmpo.rollout.corrections.chain import build_correction
 from lmpo.trainer.advantage import advantage_stage
 from lmpo.trainer.objective import Objective, build_objective
+from lmpo.trainer.schedules import build_schedules
 
 
 @dataclass
@@ -84,8 +85,6 @@ def build_controller_of(cfg):
 
 def build_schedules_of(cfg):
     """The run's coefficient schedules (lmpo.trainer.schedules), or None if all fixed."""
-    from lmpo.trainer.schedules import build_schedules
-
     return built("kl.schedule / optim.entropy_schedule", lambda: build_schedules(cfg))
 
 

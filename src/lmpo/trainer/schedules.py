@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from lmpo.losses.kl import kl_penalty
 from lmpo.registry import Registry
 
 SCHEDULES = Registry("coefficient schedule", defaults={"title": "", "source": "",
@@ -111,8 +112,6 @@ def list_schedules(applies: str | None = None) -> list[str]:
 def mean_response_kl(old_logp, ref_logp, mask, kind: str) -> float:
     """verl's `current_kl`: the KL estimate `kind` per token, its masked mean per response
     (count + 1e-8, as verl's masked_mean), averaged over the responses."""
-    from lmpo.losses.kl import kl_penalty
-
     kld = kl_penalty(old_logp, ref_logp, kind) * mask
     return float(((kld * mask).sum(-1) / (mask.sum(-1) + 1e-8)).mean())
 

@@ -54,8 +54,8 @@ class CorrectionConfig:
     """The kind's thresholds (lmpo.rollout.correction_hparams(kind))."""
     chain: list[dict] = field(default_factory=list)
     """Several kinds in order, each `{kind, hparams}` (lmpo.rollout.corrections.chain):
-    masks multiplied, at most one importance weight, as verl's presets that pair
-    `rollout_is` with `rollout_rs`. Written as a list in place of the mapping:
+    masks multiplied, at most one importance weight, as verl's presets that pair an IS
+    weight with rejection criteria. Written as a list in place of the mapping:
     `rollout.correction: [{kind: rs_seq_mean_k1}, {kind: tis, hparams: {upper: 2}}]`."""
 
     @classmethod
@@ -128,7 +128,7 @@ class RolloutConfig:
 
 @dataclass
 class OverlongConfig:
-    """DAPO's soft overlong penalty (verl's DAPO reward manager `overlong_buffer`; OpenRLHF
+    """The soft overlong penalty (verl's reward manager `overlong_buffer`; OpenRLHF
     `overlong_buffer_len` / `overlong_penalty_factor`): a response of L tokens longer than
     rollout.max_new_tokens - buffer_len loses (L - (max_new_tokens - buffer_len)) /
     buffer_len * penalty_factor from its score (lmpo.trainer.length)."""
@@ -171,7 +171,7 @@ class RewardConfig:
     the trainer's process without a limit (lmpo.reward_worker). Every user score
     must be finite and within +-1e6 (lmpo.rewards.MAX_ABS_REWARD)."""
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
-    """DAPO's soft overlong penalty, added to every response's score: {buffer_len,
+    """The soft overlong penalty, added to every response's score: {buffer_len,
     penalty_factor}."""
 
 
