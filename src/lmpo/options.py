@@ -47,7 +47,7 @@ OPTIONS = (
     Option("kl.bias_correction", "unbiased KL estimate (DeepSeek-V3.2)",
            "TRL `use_bias_correction_kl`", "weights the KL term by the ratio pi / pi_old"),
     Option("kl.schedule", "adaptive KL coefficient (Ziegler et al.)",
-           "verl `algorithm.kl_ctrl.type: adaptive`; OpenRLHF `kl_target`",
+           "verl `algorithm.kl_ctrl.type: adaptive`; OpenRLHF `--algo.kl.target`",
            "moves the KL coefficient toward a target KL"),
     Option("optim.entropy_coef", "entropy bonus", "verl `entropy_coeff`; TRL `entropy_coef`",
            "adds -c x entropy to the loss"),

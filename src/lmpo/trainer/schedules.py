@@ -6,7 +6,7 @@ not to be confused with lmpo's rollout controllers).
 
 - `fixed` (either): the configured coefficient throughout.
 - `adaptive_kl` (`kl.schedule`; verl's `AdaptiveKLController`, `algorithm.kl_ctrl.type:
-  adaptive`; OpenRLHF's `kl_target`/`kl_horizon`; Ziegler et al. 2019):
+  adaptive`; OpenRLHF's `--algo.kl.target`/`--algo.kl.horizon`; Ziegler et al. 2019):
   beta <- beta (1 + clip(KL / target_kl - 1, -0.2, 0.2) n / horizon), KL the batch's mean
   per-response KL to the reference, n its responses.
 - `adaptive_entropy` (`optim.entropy_schedule`; TRL's `use_adaptive_entropy`,
@@ -49,7 +49,7 @@ class Fixed:
 
 @SCHEDULES.register("adaptive_kl", applies="kl", title="adaptive KL coefficient",
                     source="verl AdaptiveKLController (algorithm.kl_ctrl.type: adaptive, "
-                           "target_kl, horizon); OpenRLHF kl_target / kl_horizon",
+                           "target_kl, horizon); OpenRLHF --algo.kl.target / --algo.kl.horizon",
                     summary="beta *= 1 + clip(KL / target_kl - 1, +-0.2) n / horizon after "
                             "each step",
                     domains={"target_kl": "(0, inf)", "horizon": "(0, inf)"})
