@@ -127,6 +127,16 @@ def one_step(kind, name, part) -> None:
         assert out.mask.shape == mask.shape and torch.isfinite(out.mask).all()
         assert out.weights is None or torch.isfinite(out.weights).all()
         assert all(math.isfinite(v) for v in out.metrics.values()), out.metrics
+    elif kind == "schedule":  # a coefficient schedule: started, moved, saved and restored
+        part.value = 0.1
+        for observed in (0.05, 3.0, float(torch.rand(1, generator=g))):
+            if hasattr(part, "applied"):
+                part.update(observed)
+                assert math.isfinite(part.applied())
+            else:
+                part.update(observed, 16)
+            assert math.isfinite(part.value)
+        part.load_state_dict(part.state_dict())
     elif kind == "advantage":
         scores = (torch.rand(8, generator=g) < 0.5).float()
         extra = {"lengths": torch.arange(8.0) % 3 + 1} if ADVANTAGES.meta(name)["wants_lengths"] \

@@ -119,4 +119,8 @@ def test_a_bad_schedule_fails_in_one_line_before_any_work(override, says, tiny_p
     assert says in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="it needs kl.coef > 0"):  # nothing to move
         tiny_cfg(tiny_policy_dir, "grpo", ["kl.schedule={name: adaptive_kl}"])
+    # verl's factor 1 - 0.2 n / horizon is negative for horizon < 0.2 n: refused
+    with pytest.raises(ConfigError, match=r"horizon 1 must exceed 0.2 x rollout.batch_size"):
+        tiny_cfg(tiny_policy_dir, "grpo", ["kl.coef=0.1", "kl.schedule={name: adaptive_kl, "
+                                                          "hparams: {horizon: 1}}"])
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

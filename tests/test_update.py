@@ -169,7 +169,7 @@ def test_metrics_average_over_the_updates_actually_applied(monkeypatch):
     cfg = load_config(TrainConfig, None, ["optim.minibatches=4", "rollout.batch_size=16"])
     calls = iter([1.0, float("nan"), 3.0, 5.0])
 
-    def fake(policy_, objective_, batch_, mb, cfg_, observers=()):
+    def fake(policy_, objective_, batch_, mb, cfg_, observers=(), schedules=None):
         value = next(calls)
         if value != value:
             return {}, "policy"

@@ -19,7 +19,7 @@ from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
 from lmpo.trainer.greedy import wants_greedy
 from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
-from lmpo.trainer.schedules import list_schedules
+from lmpo.trainer.schedules import SCHEDULES, list_schedules
 from lmpo.trainer.shadow import build_comparators
 from lmpo.trainer.trackers import check_wandb
 from lmpo.user_modules import import_user_modules
@@ -134,6 +134,10 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
     ]
 
 
+def adaptive_kl_horizon(cfg) -> float:
+    return (SCHEDULES.hparams("adaptive_kl") | cfg.kl.schedule.hparams)["horizon"]
+
+
 def optim_checks(cfg) -> list[tuple[bool, str]]:
     o, kl = cfg.optim, cfg.kl
     return [
@@ -153,6 +157,11 @@ def optim_checks(cfg) -> list[tuple[bool, str]]:
          "before the response does"),
         (cfg.kl.schedule.name == "fixed" or cfg.kl.coef > 0,
          f"kl.schedule {cfg.kl.schedule.name} moves kl.coef by a factor: it needs kl.coef > 0"),
+        (cfg.kl.schedule.name != "adaptive_kl" or adaptive_kl_horizon(cfg) > 0.2
+         * cfg.rollout.batch_size,
+         f"kl.schedule adaptive_kl: horizon {adaptive_kl_horizon(cfg)} must exceed 0.2 x "
+         f"rollout.batch_size ({0.2 * cfg.rollout.batch_size:g}), or one step can turn the "
+         "KL coefficient negative (its factor is 1 +- 0.2 n / horizon, n the step's responses)"),
         (not (cfg.loss.agg == "prompt-mean" and cfg.loss.nll_coef),
          "loss.agg prompt-mean weighs each prompt's tokens, but loss.nll_coef's term counts "
          "the correct responses' tokens alone: use another loss.agg with loss.nll_coef"),
