@@ -107,7 +107,8 @@ def run_env(worker: dict, sent: dict) -> dict:
     """The run's environment on a node: the worker's, less the thread settings the driver's
     shell did not have (Ray's `OMP_NUM_THREADS`), plus what the driver sent (its thread
     settings, `LMPO_*` and the few variables in FORWARDED)."""
-    return {k: v for k, v in worker.items() if k not in thread_env(worker)} | sent
+    drop = thread_env(worker)
+    return {k: v for k, v in worker.items() if k not in drop} | sent
 
 
 def run_command(command: list[str], log: str, env: dict, cwd: str, nice: int = 0) -> int:
