@@ -19,9 +19,8 @@
                                              # optional: a condition axis applied to every
                                              # arm (lmpo.experiments.conditions); an arm's
                                              # `levels: [L0, L1]` runs it at those alone
-    engaged_floor: 0.01                      # optional: the shadow distance below which a
-                                             # pair's treatment did not engage (default:
-                                             # the calibrated DEFAULT_FLOOR)
+    engaged_floor: 0.01                      # optional: the shadow distance below which a pair's
+                                             # treatment did not engage (DEFAULT_FLOOR)
 
 Each arm's config resolves as defaults <- arm preset <- base <- arm overrides <- the
 command line (`--steps`, `--seeds`); mappings merge as in `extends:`. Before any run,

@@ -239,9 +239,9 @@ def kl_settings(cfg) -> dict:
                 f"{actor}.kl_loss_type": kind, "algorithm.use_kl_in_reward": False}
     ctrl = {"algorithm.kl_ctrl.type": "fixed"}
     if cfg.kl.schedule.name == "adaptive_kl":  # verl's AdaptiveKLController
-        from lmpo.trainer.schedules import SCHEDULES
+        from lmpo.trainer.schedules import schedule_settings
 
-        full = SCHEDULES.hparams("adaptive_kl") | cfg.kl.schedule.hparams
+        full = schedule_settings(cfg.kl.schedule)
         ctrl = {"algorithm.kl_ctrl.type": "adaptive",
                 "algorithm.kl_ctrl.target_kl": full["target_kl"],
                 "algorithm.kl_ctrl.horizon": full["horizon"]}

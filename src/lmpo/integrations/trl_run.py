@@ -63,9 +63,9 @@ def entropy_settings(cfg) -> dict:
     out = {"entropy_coef": cfg.optim.entropy_coef}
     sched = cfg.optim.entropy_schedule
     if sched.name == "adaptive_entropy":
-        from lmpo.trainer.schedules import SCHEDULES
+        from lmpo.trainer.schedules import schedule_settings
 
-        full = SCHEDULES.hparams("adaptive_entropy") | sched.hparams
+        full = schedule_settings(sched)
         out |= {"use_adaptive_entropy": True, "entropy_target": full["target"],
                 "entropy_coef_delta": full["delta"], "entropy_coef_min": full["coef_min"],
                 "entropy_coef_max": full["coef_max"]}

@@ -104,6 +104,11 @@ class AdaptiveEntropy:
         self.value, self.last = state["value"], state["last"]
 
 
+def schedule_settings(section) -> dict:
+    """A `{name, hparams}` config section's hyper-parameters over its schedule's defaults."""
+    return SCHEDULES.hparams(section.name) | section.hparams
+
+
 def list_schedules(applies: str | None = None) -> list[str]:
     return [n for n in SCHEDULES.names()
             if applies is None or SCHEDULES.meta(n)["applies"] in ("both", applies)]

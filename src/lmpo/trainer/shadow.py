@@ -181,6 +181,11 @@ class Shadows:
         self._row: dict[str, float] = {}
         self._want_grads = False
 
+    @property
+    def aggs(self) -> set:
+        """The aggregations the comparators' own losses use (None: the run's)."""
+        return {c.agg for c in self.comparators}
+
     # ------------------------------------------------------------ per step
     def begin_step(self, state, batch, scored, cfg, *, diagnostic: bool) -> None:
         """Before the update: each comparator estimator's advantages on this batch (and

@@ -128,10 +128,9 @@ class RolloutConfig:
 
 @dataclass
 class OverlongConfig:
-    """The soft overlong penalty (verl's reward manager `overlong_buffer`; OpenRLHF
-    `overlong_buffer_len` / `overlong_penalty_factor`): a response of L tokens longer than
-    rollout.max_new_tokens - buffer_len loses (L - (max_new_tokens - buffer_len)) /
-    buffer_len * penalty_factor from its score (lmpo.trainer.length)."""
+    """The soft overlong penalty (verl's `overlong_buffer`; lmpo.trainer.length): a response
+    of L > B - buffer_len tokens (B = rollout.max_new_tokens) loses
+    (L - B + buffer_len) / buffer_len * penalty_factor from its score."""
 
     buffer_len: int = dom(0, "int [0, inf)")
     """Tokens before the budget where the penalty starts; 0 = off."""
@@ -236,9 +235,8 @@ class CriticConfig:
 
 @dataclass
 class ScheduleConfig:
-    """A coefficient schedule (lmpo.trainer.schedules): `fixed` (the configured coefficient
-    throughout), `adaptive_kl` (verl's AdaptiveKLController) or `adaptive_entropy`
-    (TRL's use_adaptive_entropy), started at the configured coefficient."""
+    """A coefficient schedule (lmpo.trainer.schedules), started at the configured
+    coefficient: fixed | adaptive_kl (verl's) | adaptive_entropy (TRL's)."""
 
     name: str = "fixed"
     hparams: dict[str, Any] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.errors import RunError
-from lmpo.masked import masked_mean, prompt_weights
+from lmpo.masked import PROMPT_MEAN, masked_mean, prompt_weights
 from lmpo.models.forward import forward_logprobs
 from lmpo.trainer.objective import Micro, Objective
 
@@ -93,10 +93,11 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     params = [p for p in policy.parameters() if p.requires_grad] if observers else []
     sums: dict[str, float] = defaultdict(float)
     entropy_coef = None if schedules is None else schedules.entropy_coef()
-    # each row's share under prompt-mean, over the whole minibatch (for the run's loss or a
-    # comparator's; the other modes ignore it)
-    weights = None if batch.group_ids is None else \
-        prompt_weights(resp_mask[mb], batch.group_ids[mb])
+    # each row's share under prompt-mean, over the whole minibatch, where the run's loss or
+    # a comparator's aggregates so
+    wanted = agg == PROMPT_MEAN or any(PROMPT_MEAN in getattr(obs, "aggs", ()) for obs in observers)
+    weights = prompt_weights(resp_mask[mb], batch.group_ids[mb]) \
+        if wanted and batch.group_ids is not None else None
     for start, micro in zip(range(0, len(mb), cfg.optim.micro_batch_size),
                             mb.split(cfg.optim.micro_batch_size), strict=True):
         m = resp_mask[micro]

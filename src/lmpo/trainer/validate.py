@@ -19,7 +19,7 @@ from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
 from lmpo.trainer.greedy import wants_greedy
 from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
-from lmpo.trainer.schedules import SCHEDULES, list_schedules
+from lmpo.trainer.schedules import list_schedules, schedule_settings
 from lmpo.trainer.shadow import build_comparators
 from lmpo.trainer.trackers import check_wandb
 from lmpo.user_modules import import_user_modules
@@ -135,7 +135,8 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
 
 
 def adaptive_kl_horizon(cfg) -> float:
-    return (SCHEDULES.hparams("adaptive_kl") | cfg.kl.schedule.hparams)["horizon"]
+    """adaptive_kl's horizon (infinite for a schedule without one)."""
+    return schedule_settings(cfg.kl.schedule).get("horizon", math.inf)
 
 
 def optim_checks(cfg) -> list[tuple[bool, str]]:

@@ -20,6 +20,16 @@ IS_DOMAINS = {"upper": "(0, inf)", "batch_normalize": "bool"}
 TRUNC_DOMAINS = {"lower": "(0, inf) | None", **IS_DOMAINS}
 
 
+def truncated(ratio, mask, upper, lower, batch_normalize, *, per_sequence) -> Correction:
+    """TIS's weights from the ratios [B, T]: min(r, upper), or with `lower` (TRL's
+    clip_min) clamp(r, lower, upper), 0 on padding; then verl's batch normalisation."""
+    check_band(lower, upper)
+    w = (ratio * mask).clamp(max=upper)
+    if lower is not None:
+        w = w.clamp(min=lower) * mask
+    return finish(mean_normalized(w, mask, per_sequence) if batch_normalize else w, mask)
+
+
 @CORRECTIONS.register("tis", domains=TRUNC_DOMAINS, ordered=[("lower", "upper")], title="TIS",
                       source="verl rollout_is=token (Yao et al., truncated IS); with lower: "
                              "TRL vllm_importance_sampling_mode token_truncate",
@@ -27,11 +37,8 @@ TRUNC_DOMAINS = {"lower": "(0, inf) | None", **IS_DOMAINS}
                               "upper) (two-sided truncation)")
 def tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
         batch_normalize: bool = False) -> Correction:
-    check_band(lower, upper)
-    w = (torch.exp(log_ratio.clamp(-SAFETY, SAFETY)) * mask).clamp(max=upper)
-    if lower is not None:  # TRL's clip_min; padding stays 0
-        w = w.clamp(min=lower) * mask
-    return finish(mean_normalized(w, mask, False) if batch_normalize else w, mask)
+    return truncated(torch.exp(log_ratio.clamp(-SAFETY, SAFETY)), mask, upper, lower,
+                     batch_normalize, per_sequence=False)
 
 
 @CORRECTIONS.register("seq_tis", domains=TRUNC_DOMAINS, ordered=[("lower", "upper")],
@@ -42,12 +49,9 @@ def tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
                               "clamp(prod_t r_t, lower, upper)")
 def seq_tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
             batch_normalize: bool = False) -> Correction:
-    check_band(lower, upper)
     total = seq_sum(log_ratio, mask).clamp(-SAFETY, SAFETY)
-    w = (torch.exp(total)[:, None].expand_as(log_ratio) * mask).clamp(max=upper)
-    if lower is not None:
-        w = w.clamp(min=lower) * mask
-    return finish(mean_normalized(w, mask, True) if batch_normalize else w, mask)
+    return truncated(torch.exp(total)[:, None].expand_as(log_ratio), mask, upper, lower,
+                     batch_normalize, per_sequence=True)
 
 
 @CORRECTIONS.register("icepop", domains={"lower": "(0, inf)", **IS_DOMAINS}, title="IcePop",
