@@ -118,7 +118,7 @@ def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
     state = SimpleNamespace(
         policy=policy, critic=None, opt=torch.optim.AdamW(policy.parameters(), lr=1e-6),
         rngs={"shuffle": torch.Generator().manual_seed(0)},
-        counters=SimpleNamespace(nonfinite_streak=0, skipped=0),
+        counters=SimpleNamespace(nonfinite_streak=0, skipped=0), schedules=None,
         rollout_model=RolloutModel(policy, dtype))
     gen = torch.Generator().manual_seed(0)
     vocab = c["vocab_size"]
