@@ -13,6 +13,7 @@ from tests.advantage_references import REFERENCES
 D = torch.float64
 # estimators whose references live in their own files (peers: against the engines' code)
 OWN_FILES = {"ebpo": "test_advantages_ebpo.py", "gae": "test_gae.py",
+             "optimal_token_baseline": "test_otb.py",
              **dict.fromkeys(["reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
                               "gpg", "grpo_passk", "maxrl"], "test_advantages_peers.py")}
 CASES = [(name, case) for name, ref in sorted(REFERENCES.items()) for case in ref.cases]

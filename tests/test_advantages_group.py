@@ -71,8 +71,10 @@ def layouts(draw):
     return torch.tensor(scores, dtype=D), torch.tensor(gid)
 
 
-def test_group_estimators_are_every_critic_free_entry():
-    assert set(group_estimators()) == set(list_advantages()) - {"gae"}
+def test_group_estimators_are_every_critic_free_entry_of_one_score_per_sample():
+    """All but GAE (a critic) and the optimal token baseline (per-token advantages from the
+    policy's path statistics: tests/test_otb.py)."""
+    assert set(group_estimators()) == set(list_advantages()) - {"gae", "optimal_token_baseline"}
 
 
 @given(data=layouts(), name=st.sampled_from(sorted(group_estimators())))

@@ -158,3 +158,16 @@ def test_list_without_out_prints_and_writes_nothing(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]
     assert main(["compare", "--config", path]) != 0  # lmpo's own sweep needs its directory
     assert "--out is required" in capsys.readouterr().err
+
+
+def test_estimators_that_need_the_trainers_own_passes_are_refused_by_trl():
+    """TRL's GRPOTrainer passes its estimator neither the path statistics (OTB) nor greedy
+    baselines (ReMax): both are refused by name; verl maps OTB to its own estimator."""
+    from lmpo.experiments.trl_mapping import trl_refusals
+
+    for preset in ("otb", "remax"):
+        why = trl_refusals(load_config(TrainConfig, preset))
+        name = load_config(TrainConfig, preset).advantage.name
+        assert [w.split(":")[0] for w in why] == [f"advantage.name={name}"]
+    assert verl_settings(load_config(TrainConfig, "otb"))[
+        "actor_rollout_ref.actor.calculate_sum_pi_squared"] is True

@@ -71,7 +71,8 @@ def group_inputs():
                                         if not advantage_meta(n)["needs_critic"]
                                         and not advantage_meta(n)["wants_parts"]
                                         and not advantage_meta(n)["wants_baselines"]
-                                        and not advantage_meta(n)["wants_lengths"]))
+                                        and not advantage_meta(n)["wants_lengths"]
+                                        and not advantage_meta(n)["wants_paths"]))
 def test_a_checked_group_estimator_gives_exactly_the_unchecked_advantages(name):
     scores, groups = group_inputs()
     want, _ = get_advantage(name)(scores, groups)

@@ -152,3 +152,23 @@ def test_an_adaptive_kl_in_the_reward_reads_back_as_verls_adaptive_kl_ctrl():
     ctrl = core_algos.get_kl_controller(composed.algorithm.kl_ctrl)
     assert isinstance(ctrl, core_algos.AdaptiveKLController)
     assert (ctrl.value, ctrl.target, ctrl.horizon) == (0.03, 0.02, 10000.0)
+
+
+def test_the_optimal_token_baseline_reads_back_with_verls_sum_pi_squared_pass():
+    """optimal_token_baseline maps to verl's own estimator and switches on the actor's
+    sum_pi_squared (without it verl's trainer asserts); a changed hyper-parameter verl
+    cannot read is refused."""
+    from lmpo.config import load_config
+    from lmpo.experiments.verl_launch import advantage_settings
+    from lmpo.trainer.train_config import TrainConfig
+
+    settings = advantage_settings(load_config(TrainConfig, "otb"))
+    with initialize_config_dir(config_dir=CFG_DIR, version_base=None):
+        composed = compose(config_name="ppo_trainer", overrides=[
+            f"{k}={hydra_value(v)}" for k, v in settings.items()])
+    assert composed.algorithm.adv_estimator == "optimal_token_baseline"
+    assert composed.actor_rollout_ref.actor.calculate_sum_pi_squared is True
+    core_algos.get_adv_estimator_fn(composed.algorithm.adv_estimator)
+    with pytest.raises(ValueError, match="handle_zero_tail"):
+        advantage_settings(load_config(TrainConfig, "otb", [
+            "advantage.hparams={handle_zero_tail: false}"]))

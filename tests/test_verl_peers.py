@@ -380,3 +380,30 @@ def test_the_overlong_penalty_equals_verls_dapo_reward_manager(tiny_policy_dir):
     mine = overlong_penalty(lengths, budget, buffer_len, factor)
     torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7)  # verl's float32 tensor
     assert (mine < 0).sum() == buffer_len and mine[-1] == pytest.approx(-factor)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("zero_tail", [True, False])
+@pytest.mark.parametrize("weights", [False, True])
+def test_optimal_token_baseline_equals_verls(seed, zero_tail, weights):
+    """lmpo's optimal_token_baseline against verl's compute_optimal_token_baseline_advantage
+    on the same log-probs, sum pi^2 (of one softmax per position) and IS weights, groups
+    of 4 of varied lengths and a group of one."""
+    from lmpo.advantages import PathStats, get_advantage
+
+    rewards, mask, index = outcome_batch(seed)
+    index[-1] = "alone"
+    g = torch.Generator().manual_seed(100 + seed)
+    probs = (torch.randn(*mask.shape, 9, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    ids = torch.multinomial(probs.reshape(-1, 9), 1, generator=g).reshape(mask.shape)
+    logp = probs.log().gather(-1, ids[..., None]).squeeze(-1)
+    sum_sq = (probs ** 2).sum(-1)
+    w = torch.rand(mask.shape, generator=g, dtype=torch.float64) + 0.5 if weights else None
+    theirs, _ = core_algos.get_adv_estimator_fn("optimal_token_baseline")(
+        token_level_rewards=rewards.clone(), response_mask=mask, index=index,
+        old_log_probs=logp, sum_pi_squared=sum_sq, rollout_is_weights=w,
+        handle_zero_tail=zero_tail)
+    _, group_ids = np.unique(index.astype(str), return_inverse=True)
+    ours, _ = get_advantage("optimal_token_baseline", handle_zero_tail=zero_tail)(
+        rewards.sum(-1), torch.as_tensor(group_ids), paths=PathStats(logp, sum_sq, mask, w))
+    torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=1e-12)

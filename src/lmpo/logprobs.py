@@ -117,6 +117,20 @@ def entropy(logits: torch.Tensor, *, chunk_rows: int | None = None) -> torch.Ten
     return logprobs_and_entropy(logits, ids, chunk_rows=chunk_rows)[1]
 
 
+def sum_squared_probs(logits: torch.Tensor, *, chunk_rows: int | None = None) -> torch.Tensor:
+    """sum_v softmax(logits)_v^2 at every position (no gradient), in row chunks, as
+    exp(logsumexp(2z) - 2 logsumexp(z)) in float32 (float64 for float64 logits): the
+    per-token term the optimal token baseline's path variance needs.
+    # [B, T, V] -> [B, T]"""
+    flat, lead = _flatten(logits)
+    out = torch.empty(flat.shape[0], dtype=_compute_dtype(flat.dtype), device=flat.device)
+    with torch.no_grad():
+        for rows in _chunks(flat.shape[0], _rows_per_chunk(flat.shape[1], chunk_rows)):
+            z = flat[rows].to(out.dtype)
+            out[rows] = torch.exp(torch.logsumexp(2 * z, -1) - 2 * torch.logsumexp(z, -1))
+    return out.reshape(lead)
+
+
 def naive_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Reference path (full float32 log-softmax copy); for tests and benchmarks."""
     logp = torch.log_softmax(logits.to(_compute_dtype(logits.dtype)), dim=-1)

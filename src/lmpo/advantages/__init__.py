@@ -17,6 +17,7 @@ import torch
 from lmpo.advantages.base import ADVANTAGES, Estimator, check_scores, group_stats
 from lmpo.advantages.ebpo import EBPO
 from lmpo.advantages.gae import GAE, gae
+from lmpo.advantages.otb import PathStats
 from lmpo.welford import Welford
 
 for _module in pkgutil.iter_modules(__path__):  # every estimator file registers itself
@@ -64,8 +65,11 @@ def estimator_peer_hparams(name: str, peer: str, lookup) -> dict:
 
 
 def group_estimators() -> list[str]:
-    """The critic-free estimators: `est(scores [B], group_ids [B]) -> (adv [B], metrics)`."""
-    return [n for n in list_advantages() if not advantage_meta(n)["needs_critic"]]
+    """The critic-free estimators of one score per sample:
+    `est(scores [B], group_ids [B]) -> (adv [B], metrics)` (not those that want the
+    policy's per-token path statistics, `wants_paths`, which return [B, T])."""
+    return [n for n in list_advantages() if not advantage_meta(n)["needs_critic"]
+            and not advantage_meta(n)["wants_paths"]]
 
 
 def nonzero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor):
@@ -83,6 +87,6 @@ def nonzero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor):
 
 
 __all__ = [
-    "EBPO", "GAE", "Estimator", "Welford", "advantage_hparams", "advantage_meta", "gae",
-    "get_advantage", "group_estimators", "list_advantages", "nonzero_variance_groups",
+    "EBPO", "GAE", "Estimator", "PathStats", "Welford", "advantage_hparams", "advantage_meta",
+    "gae", "get_advantage", "group_estimators", "list_advantages", "nonzero_variance_groups",
 ]

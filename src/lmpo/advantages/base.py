@@ -11,7 +11,8 @@ from lmpo.registry import DEFAULT_ESTIMATOR, Registry  # noqa: F401 (re-exported
 
 ADVANTAGES = Registry("advantage estimator", defaults={
     "needs_critic": False, "wants_clusters": False, "wants_lengths": False,
-    "wants_parts": False, "wants_baselines": False, "peer_keys": {}, "peer_names": {},
+    "wants_parts": False, "wants_baselines": False, "wants_paths": False,
+    "peer_keys": {}, "peer_names": {},
     "diagnostics": (), "engagement": None,
     # what a change of estimator changes by design: |A|, and with it the step's size and
     # how often gradient-norm clipping rescales it
@@ -57,6 +58,7 @@ class Groups:
     parts: torch.Tensor | None = None  # [B, K] float64 per-reward-function scores (wants_parts)
     weights: torch.Tensor | None = None  # [K] float64 those functions' weights (wants_parts)
     baselines: torch.Tensor | None = None  # [B] float64 greedy-response scores (wants_baselines)
+    paths: object | None = None  # lmpo.advantages.otb.PathStats, [B, T] each (wants_paths)
 
     @property
     def zero_std_frac(self) -> float:
@@ -134,12 +136,15 @@ class Estimator:
     response's token count; with `wants_parts=True` (GDPO) `parts` [B, K], each reward
     function's score (NaN where one gave none), and `weights` [K]; with
     `wants_baselines=True` (ReMax) `baselines` [B], the score of each prompt's greedy
-    response. Callers pass these only to the estimators that want them."""
+    response; with `wants_paths=True` (OTB) `paths`, the sampling policy's per-token
+    statistics (`lmpo.advantages.otb.PathStats`), and those return [B, T] advantages (their
+    metrics summarise each row's token mean). Callers pass these only to the estimators
+    that want them."""
 
     def __call__(self, scores: torch.Tensor, group_ids: torch.Tensor, *,
                  clusters: list[str] | None = None, lengths: torch.Tensor | None = None,
                  parts: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                 baselines: torch.Tensor | None = None):
+                 baselines: torch.Tensor | None = None, paths=None):
         check_scores(scores, group_ids)
         groups = group_stats(scores, group_ids)
         for name, x in (("lengths", lengths), ("baselines", baselines)):
@@ -157,9 +162,14 @@ class Estimator:
             if w.shape != (k,):
                 raise ValueError(f"weights shape {tuple(w.shape)} must be ({k},), one per part")
             groups.parts, groups.weights = parts.detach().to(torch.float64), w.to(torch.float64)
+        if paths is not None:
+            paths.check(len(scores))
+            groups.paths = paths
         adv = self.compute(groups)
+        rows = adv if adv.dim() == 1 else \
+            (adv * groups.paths.mask).sum(-1) / groups.paths.mask.sum(-1).clamp(min=1)
         return adv.to(scores.dtype if scores.is_floating_point() else torch.float32), summary(
-            adv, groups, clusters
+            rows, groups, clusters
         )
 
     def compute(self, groups: Groups) -> torch.Tensor:  # pragma: no cover - abstract

@@ -4,6 +4,7 @@ planning and `lmpo report`."""
 
 from __future__ import annotations
 
+from lmpo.advantages import advantage_meta
 from lmpo.losses import default_aggregation
 
 RENAME = {"reward": "reward/mean", "entropy": "policy/entropy", "grad_norm": "grad/norm",
@@ -17,6 +18,10 @@ def trl_refusals(cfg) -> list[str]:
     checks = [
         (cfg.actor_critic, f"advantage.name={cfg.advantage.name}",
          "TRL's GRPOTrainer has no critic"),
+        (advantage_meta(cfg.advantage.name)["wants_paths"], f"advantage.name={cfg.advantage.name}",
+         "TRL's trainer computes no per-token sum_v pi_v^2 for it"),
+        (advantage_meta(cfg.advantage.name)["wants_baselines"],
+         f"advantage.name={cfg.advantage.name}", "TRL's trainer decodes no greedy baselines"),
         (cfg.controller.name != "none", f"controller.name={cfg.controller.name}",
          "TRL's generation has no per-token stopping controller"),
         (r.sampler != "shuffled", f"rollout.sampler={r.sampler}", "TRL's sampler shuffles"),

@@ -219,8 +219,17 @@ def verl_settings(cfg) -> dict:
 def advantage_settings(cfg) -> dict:
     if not cfg.actor_critic:
         # verl's own twin where only its trainer can feed the estimator (remax's greedy pass)
-        peer = advantage_meta(cfg.advantage.name)["peer_names"].get("verl")
-        return {"algorithm.adv_estimator": peer or f"lmpo_{cfg.advantage.name}"}
+        meta = advantage_meta(cfg.advantage.name)
+        peer = meta["peer_names"].get("verl")
+        out = {"algorithm.adv_estimator": peer or f"lmpo_{cfg.advantage.name}"}
+        if meta["wants_paths"]:  # verl's actor returns sum_pi_squared only when asked
+            changed = {k: v for k, v in cfg.advantage.hparams.items()
+                       if advantage_hparams(cfg.advantage.name).get(k) != v}
+            if changed:
+                raise ValueError(f"advantage.hparams {changed}: verl's trainer calls its "
+                                 f"{peer} with its defaults and reads no setting for them")
+            out["actor_rollout_ref.actor.calculate_sum_pi_squared"] = True
+        return out
     hp = advantage_hparams("gae") | dict(cfg.advantage.hparams)
     out = {"algorithm.adv_estimator": "gae", "algorithm.gamma": hp["gamma"],
            "algorithm.lam": hp["lam"], "critic.optim.lr": cfg.critic.lr} | CRITIC_PLACEHOLDERS

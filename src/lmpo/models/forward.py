@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lmpo.logprobs import logprobs_and_entropy
+from lmpo.logprobs import logprobs_and_entropy, sum_squared_probs, token_logprobs
 from lmpo.masked import position_ids
 
 
@@ -159,11 +159,13 @@ def _bucket_logits(model, prompts: _Prompts | None, ids, mask, pos, p: int, rows
 
 def response_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
                       temperature: float = 1.0, share_prompts: bool = True,
-                      overhead: float | None = None):
+                      overhead: float | None = None, per_token=logprobs_and_entropy):
     """(log-prob [B, T], entropy [B, T]) of the last T tokens of `ids` ([B, P+T]: left-padded
     prompts, then right-padded responses), bucketed by length and with each distinct prompt
     run once when `share_prompts` (see the module docstring). 0 past each response.
-    `overhead`: `length_buckets`' (None: BUCKET_OVERHEAD; infinite: one padded pass)."""
+    `overhead`: `length_buckets`' (None: BUCKET_OVERHEAD; infinite: one padded pass).
+    `per_token(logits, ids) -> ([rows, t], [rows, t])`: the two quantities computed from
+    each bucket's (temperature-scaled) logits, log-prob and entropy unless given."""
     b, t = response_ids.shape
     p = ids.shape[1] - t
     pos = position_ids(mask)
@@ -181,7 +183,7 @@ def response_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids
         logits = _bucket_logits(model, prompts, ids, mask, pos, p, rows, tb)
         if temperature != 1.0:
             logits = logits / temperature
-        lp, en = logprobs_and_entropy(logits, response_ids[rows, :tb])
+        lp, en = per_token(logits, response_ids[rows, :tb])
         logp.append(F.pad(lp, (0, t - tb)))
         ent.append(F.pad(en, (0, t - tb)))
         order += group
@@ -221,6 +223,22 @@ def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids:
     logp, ent = response_logprobs(model, ids, mask, response_ids, temperature,
                                   share_prompts=share_prompts)
     return logp, (ent if with_entropy else None)
+
+
+def forward_path_stats(model, ids: torch.Tensor, mask: torch.Tensor,
+                       response_ids: torch.Tensor, temperature: float = 1.0):
+    """(log pi(response token) [B, T], sum_v pi_v^2 [B, T]) at every response position, no
+    gradient (0 past a response): what the optimal token baseline reads, as verl's actor
+    returns old_log_probs and sum_pi_squared from one pass."""
+    device = next(model.parameters()).device
+    ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
+
+    def per_token(logits, ids):
+        return token_logprobs(logits, ids), sum_squared_probs(logits)
+
+    with torch.no_grad():
+        return response_logprobs(model, ids, mask, response_ids, temperature,
+                                 per_token=per_token)
 
 
 def critic_values(critic, ids: torch.Tensor, mask: torch.Tensor, t: int) -> torch.Tensor:

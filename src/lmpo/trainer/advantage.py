@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from lmpo.advantages import advantage_meta
+from lmpo.advantages import PathStats, advantage_meta
 from lmpo.models.forward import critic_values
 from lmpo.trainer.batch import explained_variance
 
@@ -62,9 +62,24 @@ def critic_advantages(state, batch, scored, cfg) -> dict:
         batch.old_values, batch.returns, batch.resp_mask)}
 
 
-def group_sequence_advantages(estimator, name: str, scored) -> tuple[torch.Tensor, dict]:
-    """A group estimator's [B] advantages over the scored samples (with their tiers, and
-    what else its registry metadata asks for: lengths, per-function parts, baselines)."""
+def run_estimators(cfg) -> list[str]:
+    """The estimators a run computes: its own and its same-batch comparators'."""
+    return [cfg.advantage.name] + [
+        spec["advantage"]["name"] for spec in cfg.log.comparators.values()
+        if isinstance(spec, dict) and isinstance(spec.get("advantage"), dict)
+        and "name" in spec["advantage"]]
+
+
+def wants_paths(cfg) -> bool:
+    """One of the run's estimators reads the policy's per-token path statistics (the
+    training batch then computes them: `TrainBatch.paths`)."""
+    return any(advantage_meta(n)["wants_paths"] for n in run_estimators(cfg))
+
+
+def group_sequence_advantages(estimator, name: str, scored, batch) -> tuple[torch.Tensor, dict]:
+    """A group estimator's advantages over the scored samples, [B] (or [B, T] for one
+    that wants the path statistics), with their tiers and what else its registry metadata
+    asks for: lengths, per-function parts, baselines, the batch's path statistics."""
     tiers = [p.cluster for p in scored.problems]
     meta, extra = advantage_meta(name), {}
     if meta["wants_lengths"]:
@@ -73,13 +88,23 @@ def group_sequence_advantages(estimator, name: str, scored) -> tuple[torch.Tenso
         extra |= {"parts": scored.parts, "weights": scored.part_weights}
     if meta["wants_baselines"]:
         extra["baselines"] = scored.baselines
+    if meta["wants_paths"]:
+        logp, sum_sq = batch.paths
+        extra["paths"] = PathStats(logp, sum_sq, batch.resp_mask, batch.is_weights)
     return estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
 
 
+def per_token(adv: torch.Tensor, batch) -> torch.Tensor:
+    """[B, T]: a group estimator's advantages on the batch's device, each sequence's
+    broadcast over its tokens (an estimator of per-token advantages gives them as is)."""
+    adv = adv.to(batch.resp_ids.device)
+    return adv if adv.dim() == 2 else adv[:, None].expand(*batch.resp_ids.shape)
+
+
 def group_advantages(state, batch, scored, cfg) -> dict:
-    b, t = batch.resp_ids.shape
-    seq_adv, metrics = group_sequence_advantages(state.estimator, cfg.advantage.name, scored)
-    batch.adv = seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+    seq_adv, metrics = group_sequence_advantages(state.estimator, cfg.advantage.name, scored,
+                                                 batch)
+    batch.adv = per_token(seq_adv, batch)
     tiers = [p.cluster for p in scored.problems]
     return metrics | token_zero_frac(seq_adv, scored.rollout.response_mask, tiers)
 
@@ -88,14 +113,13 @@ def comparator_advantages(estimator, name: str, batch, scored, cfg) -> torch.Ten
     """[B, T] advantages of a comparator's `estimator` (registered as `name`, with its own
     state) on this batch, leaving the batch as it is: a group estimator on the samples'
     scores, a critic estimator on the run's critic values and token rewards."""
-    b, t = batch.resp_ids.shape
     if advantage_meta(name)["needs_critic"]:
         extra = {} if batch.bootstrap is None else {"bootstrap": batch.bootstrap}
         adv, _, _ = estimator(token_rewards(batch, scored, cfg), batch.old_values,
                               batch.resp_mask, **extra)
         return adv
-    seq_adv, _ = group_sequence_advantages(estimator, name, scored)
-    return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+    seq_adv, _ = group_sequence_advantages(estimator, name, scored, batch)
+    return per_token(seq_adv, batch)
 
 
 def rescored_advantages(estimator, name: str, controller, batch, scored, cfg) -> torch.Tensor:
@@ -108,15 +132,14 @@ def rescored_advantages(estimator, name: str, controller, batch, scored, cfg) ->
     scores = scored.scores.clone()
     scores[stopped.to(scores.device)] = float(controller.stop_score)
     rescored = replace(scored, scores=scores)
-    b, t = batch.resp_ids.shape
     if advantage_meta(name)["needs_critic"]:
         boot = stop_bootstrap(batch, rescored, controller)
         extra = {} if boot is None else {"bootstrap": boot}
         adv, _, _ = estimator(token_rewards(batch, rescored, cfg), batch.old_values,
                               batch.resp_mask, **extra)
         return adv
-    seq_adv, _ = group_sequence_advantages(estimator, name, rescored)
-    return seq_adv.to(batch.resp_ids.device)[:, None].expand(b, t)
+    seq_adv, _ = group_sequence_advantages(estimator, name, rescored, batch)
+    return per_token(seq_adv, batch)
 
 
 def update_advantage_size(batch) -> dict[str, float]:
@@ -133,8 +156,10 @@ def advantage_stage(name: str):
 
 def token_zero_frac(seq_adv: torch.Tensor, resp_mask: torch.Tensor,
                     tiers: list[str]) -> dict[str, float]:
-    """`adv/zero_frac` as a share of response tokens with A == 0, overall and per tier."""
-    zero = (seq_adv == 0).to(resp_mask.dtype)[:, None] * resp_mask  # [B, T]
+    """`adv/zero_frac` as a share of response tokens with A == 0, overall and per tier
+    (`seq_adv`: [B], one per sequence, or [B, T])."""
+    zero = (seq_adv == 0).to(resp_mask.dtype).to(resp_mask.device)
+    zero = (zero if zero.dim() == 2 else zero[:, None]) * resp_mask  # [B, T]
     tokens = resp_mask.sum(-1)
     out = {"adv/zero_frac": float(zero.sum() / tokens.sum().clamp(min=1))}
     for tier in dict.fromkeys(tiers):

@@ -17,16 +17,13 @@ from lmpo.advantages import advantage_meta
 from lmpo.rewards import RewardError
 from lmpo.rewards.multi import Score
 from lmpo.rollout import sample
+from lmpo.trainer.advantage import run_estimators
 from lmpo.trainer.batch import score_rollout
 
 
 def wants_greedy(cfg) -> bool:
     """The run's estimator or one of its comparators' asks for greedy baselines."""
-    names = [cfg.advantage.name] + [
-        spec["advantage"]["name"] for spec in cfg.log.comparators.values()
-        if isinstance(spec, dict) and isinstance(spec.get("advantage"), dict)
-        and "name" in spec["advantage"]]
-    return any(advantage_meta(n)["wants_baselines"] for n in names)
+    return any(advantage_meta(n)["wants_baselines"] for n in run_estimators(cfg))
 
 
 def add_greedy_baselines(model, rt, cfg, problems, scores, rollout):

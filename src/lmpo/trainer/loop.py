@@ -110,7 +110,8 @@ def train_step(step: int, run: Run) -> dict:
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
     row |= shape_scores(scored, cfg)  # reward.overlong, loss.mask_truncated
     batch, anchors = training_batch(step, cfg, state, scored, rt.device,
-                                    differs=rt.rollout_model.differs, correction=parts.correction)
+                                    differs=rt.rollout_model.differs, correction=parts.correction,
+                                    paths=rt.path_stats)
     batch.keep, kept = rt.filter.select(scored)
     row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
     # ================================================================ advantages

@@ -62,7 +62,7 @@ def estimator_metrics(cfg) -> list[str]:
     meta = advantage_meta(name)
     if meta["needs_critic"]:
         return ["adv/*", *CRITIC]
-    if meta["wants_parts"] or meta["wants_baselines"]:
+    if meta["wants_parts"] or meta["wants_baselines"] or meta["wants_paths"]:
         return ["adv/*", "adv/zero_frac/*"]
     scores = torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])

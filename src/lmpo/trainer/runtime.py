@@ -17,6 +17,7 @@ from lmpo.rewards import Reward, build_reward
 from lmpo.rewards.multi import MultiReward
 from lmpo.rewards.reward_model import ModelReward
 from lmpo.rollout.precision import RolloutModel
+from lmpo.trainer.advantage import wants_paths
 from lmpo.trainer.filters import build_filter
 from lmpo.trainer.greedy import wants_greedy
 
@@ -73,6 +74,7 @@ class Runtime:
     rollout_model: RolloutModel
     filter: object  # which samples enter the update (lmpo.trainer.filters)
     greedy_baselines: bool = False  # decode a greedy response per prompt (lmpo.trainer.greedy)
+    path_stats: bool = False  # the policy's per-token path statistics (TrainBatch.paths)
 
     @classmethod
     def build(cls, cfg, policy, tokenizer, task, *, progress: bool = True) -> Runtime:
@@ -97,4 +99,4 @@ class Runtime:
                                               staleness=cfg.rollout.staleness,
                                               bf16_boundary=cfg.rollout.bf16_boundary),
                    filter=build_filter(cfg.rollout, tokenizer.pad_token_id),
-                   greedy_baselines=wants_greedy(cfg))
+                   greedy_baselines=wants_greedy(cfg), path_stats=wants_paths(cfg))

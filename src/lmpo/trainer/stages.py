@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.masked import masked_mean
-from lmpo.models.forward import forward_logprobs
+from lmpo.models.forward import forward_logprobs, forward_path_stats
 from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
@@ -136,16 +136,17 @@ def usable(drawn: Drawn, group: int) -> Scored:
 
 
 def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bool = False,
-                   correction=None) -> tuple[TrainBatch, dict]:
+                   correction=None, paths: bool = False) -> tuple[TrainBatch, dict]:
     """The update's tensors and anchors, over every scored sample: the behaviour log-probs
     (or their recompute), the pre-update log-probs where a diagnostic, the anchor or a
     rollout `correction` needs them (with `rollout/logp_mismatch`, its mean and _p99 over
     tokens; where the sampler `differs` from the trained policy, a low-precision or stale
     rollout, also that policy's entropy), the correction's weights and mask, and the
-    reference's log-probs where a KL needs them. The recompute and the reference's pass
-    run in the update's precision (optim.dtype; float32 by default), as verl's actor and
-    reference compute theirs, so that the first ratio is 1 and the KL to an equal
-    reference 0."""
+    reference's log-probs where a KL needs them, and with `paths` the policy's per-token
+    path statistics (log-probs and sum_v pi_v^2, for the optimal token baseline). The
+    recompute, the path statistics and the reference's pass run in the update's precision
+    (optim.dtype; float32 by default), as verl's actor and reference compute theirs, so
+    that the first ratio is 1 and the KL to an equal reference 0."""
     rollout, row = scored.rollout, {}
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
@@ -175,13 +176,18 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
         with torch.no_grad(), autocast(cfg, device):
             ref_logp, _ = forward_logprobs(state.reference, ids, mask, resp_ids, temperature,
                                            with_entropy=False)
+    path_stats = None
+    if paths:
+        with torch.no_grad(), autocast(cfg, device):
+            path_stats = forward_path_stats(state.policy, ids, mask, resp_ids, temperature)
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=update_mask,
                       correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),
-                      kl_coef=None if state.schedules is None else state.schedules.kl_coef()), row
+                      kl_coef=None if state.schedules is None else state.schedules.kl_coef(),
+                      paths=path_stats), row
 
 
 def diagnostic_step(step: int, cfg) -> bool:

@@ -56,6 +56,8 @@ class TrainBatch:
     correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
     kl_coef: float | None = None  # this step's KL coefficient where a schedule sets it
     group_ids: torch.Tensor | None = None  # [B] each sample's prompt (loss.agg prompt-mean)
+    paths: tuple | None = None  # ([B, T] log-probs, [B, T] sum_v pi_v^2) of the policy at
+    # rollout, where an estimator wants the path statistics (registry metadata wants_paths)
 
 
 EXTREMES = ("_min", "_max")
