@@ -19,13 +19,23 @@ WHEEL_VENV := .venv-wheel
 	bench-trl clean gpu-wheels test-skyrl test-ray
 
 help:
-	@echo "make demo       install into .venv, then GRPO vs CE-GPPO across rollout staleness (~5 min)"
-	@echo "make test       everything CI runs: lint, the core suite, verl, TRL, SkyRL, Ray, the wheel (~30 min)"
-	@echo "make test-fast  lint and the tests that train nothing beyond a few tiny steps (~5 min)"
-	@echo "make test-core  lint and the whole core suite in .venv"
-	@echo "make real-demo  GRPO on SmolLM2-135M-Instruct, 1-digit sums"
-	@echo "make bench      the benchmarks against their peers (benchmarks/results/)"
-	@echo "make clean      remove every environment, cache and build output"
+	@echo "make help        this list"
+	@echo "make install     create .venv and install lmpo with its dev and real-model extras"
+	@echo "make demo        install into .venv, then GRPO vs CE-GPPO across rollout staleness (~5 min)"
+	@echo "make real-demo   GRPO on SmolLM2-135M-Instruct, 1-digit products (~17 min on 2 cores)"
+	@echo "make lint        ruff over src, tests, benchmarks and experiments"
+	@echo "make test        everything CI runs: lint, the core suite, verl, TRL, SkyRL, Ray, the wheel (~30 min)"
+	@echo "make test-fast   lint and the tests that train nothing beyond a few tiny steps (~5 min)"
+	@echo "make test-core   lint and the whole core suite in .venv"
+	@echo "make test-verl   the verl plugin, launcher and peers in .venv-verl"
+	@echo "make test-trl    the TRL adapter and its benchmarks' smoke tests in .venv-trl"
+	@echo "make test-skyrl  the SkyRL plugin in .venv-skyrl"
+	@echo "make test-ray    lmpo compare --launcher ray on Ray's multi-node test cluster"
+	@echo "make test-wheel  the wheel alone in a fresh environment, then with its training extra"
+	@echo "make bench       the benchmarks against their peers (benchmarks/results/)"
+	@echo "make bench-trl   the benchmarks against TRL, in .venv-trl"
+	@echo "make gpu-wheels  the wheels benchmarks/gpu_check.sh installs on a CUDA machine offline"
+	@echo "make clean       remove every environment, cache and build output"
 
 install: $(STAMP)
 

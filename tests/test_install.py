@@ -63,6 +63,9 @@ def test_python_m_lmpo_is_the_command_and_version_names_the_stack():
                          text=True, check=True).stdout
     assert out.startswith("lmpo 0.") and "torch 2.13.0" in out and "transformers " in out
     assert "verl " in out and "trl " in out
+    both = subprocess.run([sys.executable, "-m", "lmpo", "--version", "train", "--help"],
+                          capture_output=True, text=True, check=True).stdout
+    assert both == out  # argparse's version action: it prints and exits before the rest
 
 
 def test_a_policy_path_is_a_folder_and_a_name_is_a_warm_start(tiny_policy_dir, tmp_path):
@@ -195,3 +198,18 @@ def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("lmpo presets: error: rich is not installed: this command needs the train "
                    "extra (pip install 'lmpo[train]')")
+
+
+def test_make_help_lists_every_target_of_the_makefile():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", text, re.M))
+    shown = subprocess.run(["make", "-s", "help"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout
+    listed = re.findall(r"^make ([a-z][a-z0-9-]*) ", shown, re.M)
+    assert sorted(listed) == sorted(targets) and len(listed) == len(set(listed))
+    phony = set(re.search(r"^\.PHONY:(.*?)(?<!\\)$", text, re.M | re.S).group(1)
+                .replace("\\", " ").split())
+    assert phony == targets

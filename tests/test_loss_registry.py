@@ -155,3 +155,12 @@ def test_k3_is_clamped_and_gradient_is_closed_form():
     # d/dlogp [e^(ref-logp) - (ref-logp) - 1] = 1 - e^(ref-logp)
     assert float(g[0, 0]) == pytest.approx(1 - math.exp(-0.5), rel=1e-12)
     assert float(g[0, 1]) == 0.0
+
+
+def test_an_unknown_name_lists_the_valid_ones_under_a_true_plural():
+    from lmpo.registry import plural
+
+    with pytest.raises(KeyError, match="unknown loss 'nope'; valid losses: bnpo, "):
+        get_loss("nope")
+    assert [plural(n) for n in ("loss", "rollout correction", "coefficient schedule")] == [
+        "losses", "rollout corrections", "coefficient schedules"]

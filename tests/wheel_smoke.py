@@ -59,6 +59,11 @@ def main() -> None:
           f"the wheel ships the presets ({len(presets)} YAML files)")
     check(not any(n.startswith(("tests/", "experiments/", "benchmarks/")) or "results/" in n
                   for n in names), "no tests, benchmarks or experiment results in the wheel")
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    fields = zipfile.ZipFile(wheel).read(meta).decode()
+    check(any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+          and "License-Expression: Apache-2.0" in fields,
+          "the wheel ships LICENSE and declares License-Expression: Apache-2.0")
 
     bindir = Path(sys.executable).parent
     lmpo_cmd = str(bindir / "lmpo")

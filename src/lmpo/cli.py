@@ -21,7 +21,7 @@ from lmpo.extras import missing_extra
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmpo", description="RL post-training of language models: policy optimisation.")
-    parser.add_argument("--version", action="store_true",
+    parser.add_argument("--version", action=VersionAction,
                         help="print lmpo's version with torch, transformers, verl and TRL's")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rewrite the methods table between FILE's markers "
                          "(docs/methods-reference.md)")
     return parser
+
+
+class VersionAction(argparse.Action):
+    """argparse's `action="version"`, with the line built only when asked for."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def version_line() -> str:
@@ -330,9 +341,6 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.version:
-        print(version_line())
-        return 0
     if args.command is None:
         parser.print_help()
         return 0

@@ -31,6 +31,11 @@ def nearest(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def plural(noun: str) -> str:
+    """'loss' -> 'losses', 'advantage estimator' -> 'advantage estimators'."""
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+
+
 class Registry:
     """Maps a name to a factory whose keyword-only parameters are hyper-parameters.
 
@@ -63,7 +68,7 @@ class Registry:
         if name not in self._entries:
             raise UnknownName(
                 f"unknown {self.kind} {name!r}{nearest(str(name), self.names())}; "
-                f"valid {self.kind}s: {', '.join(self.names())}"
+                f"valid {plural(self.kind)}: {', '.join(self.names())}"
             )
         return self._entries[name]
 
