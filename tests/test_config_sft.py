@@ -19,12 +19,26 @@ def test_yaml_and_overrides(tmp_path):
     assert isinstance(cfg.lr, float)
 
 
+def test_hydras_add_prefixes_read_as_plain_overrides():
+    """`+key=value` and `++key=value` set the key as `key=value` does, for a schema field
+    and for a new key of a free-form mapping (a loss's hyper-parameters)."""
+    from lmpo.trainer.train_config import TrainConfig
+
+    assert load_config(SFTConfig, None, ["+steps=7", "++lr=2e-3"]) == \
+        load_config(SFTConfig, None, ["steps=7", "lr=2e-3"])
+    plus = load_config(TrainConfig, "grpo", ["+loss.hparams.eps_high=0.28"])
+    assert plus == load_config(TrainConfig, "grpo", ["loss.hparams.eps_high=0.28"])
+    assert plus.loss.hparams["eps_high"] == 0.28
+
+
 @pytest.mark.parametrize("override,msg", [
     ("stpes=3", "unknown config key 'stpes' \\(did you mean 'steps'\\?\\)"),
     ("steps=many", "steps: expected int"),
     ("steps=true", "steps: expected int, got True"),  # a bool is not a count
     ("lr=-1", "lr must be > 0"),
     ("steps", "must look like key=value"),
+    ("+stpes=3", "unknown config key 'stpes'"),  # Hydra's add checks the path too
+    ("~steps", "no key deletion"),
 ])
 def test_bad_config_fails_clearly(override, msg):
     with pytest.raises(ConfigError, match=msg):

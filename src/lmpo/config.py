@@ -103,10 +103,20 @@ def build(cls, data: dict | None, prefix: str = ""):
 
 
 def apply_override(data: dict, assignment: str, cls) -> None:
-    """Set `a.b.c=value` inside the raw mapping `data`, checking the path against `cls`."""
+    """Set `a.b.c=value` inside the raw mapping `data`, checking the path against `cls`.
+
+    Hydra's `+key=value` (add) and `++key=value` (add or override) read as `key=value`:
+    every key of the schema exists with its default, and a free-form mapping (a part's
+    `hparams`, `log.comparators`, `task_params`) takes a new key either way. Hydra's
+    `~key` (delete) is refused: a key goes back to its default by being left out."""
+    if assignment.startswith("~"):
+        raise ConfigError(f"override {assignment!r}: lmpo has no key deletion (Hydra's ~key); "
+                          "leave the key out for its default, or set it (key=null where "
+                          "null is allowed)")
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like key=value")
     path, raw = assignment.split("=", 1)
+    path = path.lstrip("+")
     keys = path.strip().split(".")
     node, tp = data, cls
     for i, key in enumerate(keys):
