@@ -141,6 +141,12 @@ def one_step(kind, name, part) -> None:
         scores = (torch.rand(8, generator=g) < 0.5).float()
         extra = {"lengths": torch.arange(8.0) % 3 + 1} if ADVANTAGES.meta(name)["wants_lengths"] \
             else {}
+        if ADVANTAGES.meta(name)["wants_paths"]:  # one softmax per position, lengths 1..5
+            from lmpo.advantages import PathStats
+
+            probs = torch.randn(8, 5, 6, generator=g).softmax(-1)
+            mask = (torch.arange(5)[None] < torch.arange(8)[:, None] % 5 + 1).float()
+            extra = {"paths": PathStats(probs[..., 0].log(), (probs ** 2).sum(-1), mask)}
         adv, _ = part(scores, torch.arange(8) // 4, clusters=["a"] * 4 + ["b"] * 4, **extra)
         assert torch.isfinite(adv).all()
     else:

@@ -213,3 +213,20 @@ def test_make_help_lists_every_target_of_the_makefile():
     phony = set(re.search(r"^\.PHONY:(.*?)(?<!\\)$", text, re.M | re.S).group(1)
                 .replace("\\", " ").split())
     assert phony == targets
+
+
+def test_maintainers_options_parse_but_stay_out_of_the_user_help(capsys):
+    from lmpo.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["report", "d", "--rejudge", "--readme", "EBPO"])
+    assert args.rejudge and args.readme == "EBPO"
+    assert parser.parse_args(["methods", "--readme", "f.md"]).readme == "f.md"
+    for command in ("report", "methods"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        shown = capsys.readouterr().out
+        assert "--readme" not in shown and "--rejudge" not in shown
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    assert "(maintainers.md)" in (docs / "testing.md").read_text()
+    assert all(f"--{o}" in (docs / "maintainers.md").read_text() for o in ("readme", "rejudge"))

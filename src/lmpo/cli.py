@@ -96,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only the methods and options whose names, sources or engine "
                          "spellings contain this (e.g. OPSM, mask_truncated, rollout_rs)")
     me.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    me.add_argument("--readme", metavar="FILE",
-                    help="rewrite the methods table between FILE's markers "
-                         "(docs/methods-reference.md)")
+    me.add_argument("--readme", metavar="FILE", help=argparse.SUPPRESS)  # docs/maintainers.md
     return parser
 
 

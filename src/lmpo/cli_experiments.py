@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from lmpo.errors import ConfigError
@@ -34,12 +35,9 @@ def add_experiment_parsers(sub) -> None:
     rp = sub.add_parser("report", help="report.md, report.json and plots of a compare directory")
     rp.add_argument("dir", help="a `lmpo compare --out` directory")
     rp.add_argument("--out", help="where report.md goes (default DIR/report.md)")
-    rp.add_argument("--rejudge", action="store_true",
-                    help="the report already at --out gives the earlier labels: a changed "
-                         "label is marked re-judged (maintainers; docs/reproductions.md)")
-    rp.add_argument("--readme", metavar="PAPER",
-                    help="also print the claims as rows of the README's Results table, "
-                         "with PAPER in the first column")
+    # maintainers' options, documented in docs/maintainers.md, not in the user help
+    rp.add_argument("--rejudge", action="store_true", help=argparse.SUPPRESS)
+    rp.add_argument("--readme", metavar="PAPER", help=argparse.SUPPRESS)
 
 
 def cmd_compare(args) -> int:

@@ -39,7 +39,7 @@ class PathStats:
 
 
 @ADVANTAGES.register("optimal_token_baseline", wants_paths=True, singleton="score",
-                     domains={"epsilon": "(0, inf)"},
+                     domains={"handle_zero_tail": "bool", "epsilon": "(0, inf)"},
                      peer_names={"verl": "optimal_token_baseline"},
                      title="Optimal token baseline (OTB)",
                      source="verl compute_optimal_token_baseline_advantage "
