@@ -21,6 +21,7 @@ SRC = ROOT / "src" / "lmpo"
 # Every top-level module or package of lmpo, lowest first: a module may import only
 # those before it (and itself). Data flows down, nothing flows back up.
 LAYERS = ["__init__", "errors", "atomic", "processes", "process_env", "yamlfile", "extras",
+          "progress",
           "domains",
           "choices", "registry", "masked", "logprobs", "welford",
           "faults", "locks", "user_modules", "reward_worker", "cache", "presets", "config",

@@ -31,6 +31,7 @@ from lmpo.atomic import write_text
 from lmpo.cache import build_once, cache_key, lmpo_home
 from lmpo.config import save_config
 from lmpo.errors import ConfigError
+from lmpo.progress import LoopProgress
 from lmpo.rewards.preferences import Pair, builtin_pairs, load_pairs, write_pairs
 from lmpo.rewards.reward_model import (
     META_FILE,
@@ -223,8 +224,6 @@ def train_epoch(model, opt, pairs: list[Pair], encode: TextEncoder, pad_id: int,
 
 def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
     """Train, evaluate on held-out pairs, save. Returns the summary written to eval.json."""
-    from rich.progress import BarColumn, Progress, TextColumn
-
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
@@ -238,14 +237,12 @@ def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
     rng = random.Random(cfg.seed)
     before = evaluate_pairs(model, encode, held, tok.pad_token_id)
     rows, epoch_s = [], []
-    with Progress(TextColumn("rm"), BarColumn(), TextColumn("{task.completed}/{task.total} "
-                  "loss {task.fields[loss]:.3f}"), disable=not progress) as bar:
-        job = bar.add_task("rm", total=math.ceil(len(train) / cfg.batch_size) * cfg.epochs,
-                           loss=float("nan"))
+    with LoopProgress("rm", "loss {loss:.3f}", math.ceil(len(train) / cfg.batch_size)
+                      * cfg.epochs, enabled=progress, loss=float("nan")) as bar:
         for epoch in range(1, cfg.epochs + 1):
             t_epoch = time.perf_counter()
             fit = train_epoch(model, opt, train, encode, tok.pad_token_id, cfg, rng,
-                              on_step=lambda x: bar.update(job, advance=1, loss=x))
+                              on_step=lambda x: bar.update(advance=1, loss=x))
             epoch_s.append(time.perf_counter() - t_epoch)
             held_metrics = evaluate_pairs(model, encode, held, tok.pad_token_id)
             rows.append({"epoch": epoch, "train/loss": fit["loss"],

@@ -17,6 +17,7 @@ from lmpo.config import ConfigError, save_config
 from lmpo.evaluate import evaluate
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
 from lmpo.models.forward import sft_loss
+from lmpo.progress import LoopProgress
 from lmpo.tasks import get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
 
@@ -78,8 +79,6 @@ def sft_batch(task, tokenizer, problems):
 
 def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
     """Train, evaluate, save. Returns {"loss_first", "loss_last", "eval", "seconds", ...}."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
     torch.set_num_threads(cfg.threads)
     task, tokenizer = get_task(cfg.task), build_tokenizer()
     heldout = heldout_split(task, cfg.eval_per_tier)
@@ -90,10 +89,8 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
     rng = random.Random(cfg.seed)
     losses, t0 = [], time.perf_counter()
     model.train()
-    with Progress(TextColumn("sft {task.fields[name]}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} loss {task.fields[loss]:.3f}"),
-                  TimeRemainingColumn(), disable=not progress) as bar:
-        job = bar.add_task("sft", total=cfg.steps, name=cfg.task, loss=float("nan"))
+    with LoopProgress(f"sft {cfg.task}", "loss {loss:.3f}", cfg.steps, enabled=progress,
+                      loss=float("nan")) as bar:
         for step in range(cfg.steps):
             batch = sample_excluding(task, cfg.batch_size, rng, exclude)
             ids, mask, labels = sft_batch(task, tokenizer, batch)
@@ -105,7 +102,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
                 group["lr"] = lr_at(step, cfg)
             opt.step()
             losses.append(float(loss.detach()))
-            bar.update(job, advance=1, loss=losses[-1])
+            bar.update(advance=1, loss=losses[-1])
     train_seconds = time.perf_counter() - t0
     result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=cfg.max_new_tokens)
     out = save_policy(model, tokenizer, cfg.out)

@@ -48,7 +48,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     run = open_run(cfg, Path(run_dir), resume=resume, progress=progress,
                    verbose=progress if verbose is None else verbose)
     state = run.state
-    bar, job = progress_bar(cfg, state.step, progress)
+    bar = progress_bar(cfg, state.step, progress)
     try:
         for step in range(state.step + 1, cfg.steps + 1):
             row = train_step(step, run)
@@ -61,7 +61,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             append_row(run.metrics_path, row)
             crash_point("after_row", step)
             run.log_scalars(row, step)
-            bar.update(job, completed=step, reward=row["reward/mean"],
+            bar.update(completed=step, reward=row["reward/mean"],
                        acc=row["reward/accuracy"], ent=row.get("policy/entropy", 0.0),
                        tps=row["time/tokens_per_s"])
             # ======================================================== checkpoint

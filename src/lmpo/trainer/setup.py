@@ -20,6 +20,7 @@ from lmpo.evaluate import evaluate
 from lmpo.faults import CRASH_ENV, parse_crash_spec
 from lmpo.locks import directory_lock
 from lmpo.models import ValueModel, load_policy
+from lmpo.progress import LoopProgress
 from lmpo.rollout.controllers.base import BelowFailure
 from lmpo.tasks import Sampler, get_task
 from lmpo.tasks.heldout import heldout_split, sample_excluding
@@ -195,16 +196,10 @@ def training_pool(task, cfg: TrainConfig, exclude: frozenset[str]) -> list:
     return [p for c in clusters for p in sample_excluding(task, per, rng, exclude, cluster=c)]
 
 
-def progress_bar(cfg: TrainConfig, done: int, progress: bool):
-    """(bar, job): the live progress line (reward, accuracy, entropy, tokens per second)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn(f"[bold]{cfg.loss.name}/{cfg.advantage.name}"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total} reward {task.fields[reward]:.3f} "
-                              "acc {task.fields[acc]:.2f} H {task.fields[ent]:.3f} "
-                              "{task.fields[tps]:.0f} tok/s"),
-                   TimeElapsedColumn(), disable=not progress)
-    job = bar.add_task("train", total=cfg.steps, completed=done, reward=0.0, acc=0.0,
-                       ent=0.0, tps=0.0)
-    bar.start()
-    return bar, job
+def progress_bar(cfg: TrainConfig, done: int, progress: bool) -> LoopProgress:
+    """The run's progress (reward, accuracy, entropy, tokens per second): a live bar on a
+    terminal, a line at a cadence off one (`lmpo.progress`)."""
+    return LoopProgress(f"train {cfg.loss.name}/{cfg.advantage.name}",
+                        "reward {reward:.3f} acc {acc:.2f} H {ent:.3f} {tps:.0f} tok/s",
+                        cfg.steps, completed=done, enabled=progress, reward=0.0, acc=0.0,
+                        ent=0.0, tps=0.0).start()
