@@ -230,3 +230,17 @@ def test_maintainers_options_parse_but_stay_out_of_the_user_help(capsys):
     docs = Path(__file__).resolve().parents[1] / "docs"
     assert "(maintainers.md)" in (docs / "testing.md").read_text()
     assert all(f"--{o}" in (docs / "maintainers.md").read_text() for o in ("readme", "rejudge"))
+
+
+def test_eval_of_a_model_folder_leaves_the_folder_as_it_was(tiny_policy_dir, tmp_path,
+                                                            capsys):
+    before = sorted(p.name for p in tiny_policy_dir.iterdir())
+    common = ["eval", "--model", str(tiny_policy_dir), "--per-tier", "2",
+              "--max-new-tokens", "4", "--device", "cpu", "--threads", "1"]
+    assert main(common) == 0
+    assert sorted(p.name for p in tiny_policy_dir.iterdir()) == before
+    assert main([*common, "--json", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["per_tier"]
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*common[:-4], "--device", "tpu"])

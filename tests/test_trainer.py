@@ -257,6 +257,7 @@ def test_eval_of_a_run_uses_its_own_task_tiers_and_heldout_set(tiny_policy_dir, 
     assert main(["eval", "--run", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "a: 8 distinct, 2 held out" in out and "b *" in out
-    result = json.loads((tmp_path / "run" / "policy" / "eval_cli.json").read_text())
+    result = json.loads((tmp_path / "run" / "eval_cli.json").read_text())
+    assert not (tmp_path / "run" / "policy" / "eval_cli.json").exists()  # the model's folder
     assert set(result["per_tier"]) == {"a", "b"} and result["trained_tiers"] == ["b"]
     assert result["decoding"] == "mean@4, T=1"  # the run's own evaluation settings

@@ -92,7 +92,7 @@ def main() -> None:
         run([lmpo_cmd, "compare", "--config", "demo", "--out", "sweep", "--list"], cwd, env,
             ["-m lmpo train --config sweep/configs/cegppo@L0-seed0.yaml",
              "sweep/configs/grpo@L2-seed1.yaml"])
-        result = json.loads((cwd / "run" / "policy" / "eval_cli.json").read_text())
+        result = json.loads((cwd / "run" / "eval_cli.json").read_text())
         check(set(result["per_tier"]) == {"t2d1", "t3d1", "t2d2", "t4d2"},
               "lmpo eval reports every tier of the run's task")
         home = Path(tmp) / "home" / "policies"

@@ -70,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--prompt-format", choices=("auto", "raw", "chat"),
                     help="for --model (default auto: chat when the tokenizer has a template)")
     ev.add_argument("--system-prompt", help="chat format: a system turn before each problem")
-    ev.add_argument("--json", help="write the result here (default: <model>/eval_cli.json)")
+    ev.add_argument("--json", help="write the result here (default: RUN/eval_cli.json for "
+                                   "--run; --model and --config write nothing unless asked)")
+    ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the model runs (default auto: CUDA when present, else CPU)")
+    ev.add_argument("--threads", type=int, default=2,
+                    help="torch CPU threads (default 2)")
 
     add_experiment_parsers(sub)
 
@@ -277,10 +282,14 @@ def cmd_eval(args) -> int:
     from lmpo.tasks import get_task
     from lmpo.tasks.heldout import heldout_split
     from lmpo.trainer.resume import load_run_config
+    from lmpo.trainer.runtime import resolve_device
     from lmpo.trainer.train_config import TrainConfig
     from lmpo.warmstart import resolve_policy
 
-    torch.set_num_threads(2)
+    if args.threads < 1:
+        raise ConfigError(f"--threads {args.threads}: must be >= 1")
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
     cfg = TrainConfig()
     if args.run or args.config:
@@ -299,6 +308,7 @@ def cmd_eval(args) -> int:
     model_dir = (Path(args.run) / "policy" if args.run
                  else resolve_policy(args.model or cfg.policy))
     model, tokenizer = load_policy(model_dir)
+    model = model.to(device)
     params = args.task_params if args.task_params is not None else (
         cfg.task_params if task_name == cfg.task else None)
     task = get_task(task_name, params or None)
@@ -311,9 +321,11 @@ def cmd_eval(args) -> int:
                       trained_tiers=trained, temperature=temp, samples=samples, reward=reward,
                       encode=encode, eos_ids=stop_token_ids(model, tokenizer))
     Console().print(accuracy_table({"model": result}, title=f"{model_dir} on {task_name}"))
-    out = Path(args.json) if args.json else model_dir / "eval_cli.json"
-    write_text(out, json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    out = Path(args.json) if args.json else Path(args.run) / "eval_cli.json" if args.run \
+        else None  # a user's model folder is theirs: written only where asked
+    if out is not None:
+        write_text(out, json.dumps(result, indent=2) + "\n")
+        print(f"wrote {out}")
     return 0
 
 
