@@ -66,9 +66,17 @@ PAIRS = [("regular", "ppo_clip", {}), ("regular", "ppo_clip", {"eps_clip_high": 
 
 @pytest.fixture(scope="module", autouse=True)
 def registered():
+    """SkyRL's registries refilled, then docs/skyrl.md's registration block run as written."""
+    from pathlib import Path
+
+    from tests.doc_blocks import fenced_blocks
+
     PolicyLossRegistry.repopulate_registry()
     AdvantageEstimatorRegistry.repopulate_registry()
-    register()
+    page = Path(__file__).resolve().parents[1] / "docs" / "skyrl.md"
+    code = next(c for lang, _, c in fenced_blocks(page) if lang == "python")
+    exec(compile(code, str(page), "exec"), {})
+    register()  # idempotent: the page's call registered everything already
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -324,3 +324,22 @@ def test_entropy_and_length_settings_become_trls_own(tmp_path):
     # loss.mask_truncated is TRL's own mask_truncated_completions
     assert grpo_args(load_config(TrainConfig, "grpo", ["loss.mask_truncated=true"]),
                      tmp_path).mask_truncated_completions is True
+
+
+def test_the_readmes_trl_quick_start_runs_as_pasted(tmp_path, monkeypatch):
+    """README's TRL block, executed literally in an empty folder: two GRPO steps with the
+    DRPO loss (its delta from lmpo_loss_hparams) and Dr. GRPO's advantages."""
+    from pathlib import Path
+
+    from tests.doc_blocks import fenced_blocks
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    code = next(c for lang, _, c in fenced_blocks(readme)
+                if lang == "python" and "LmpoGRPOTrainer" in c)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, str(readme), "exec"), scope)
+    trainer = scope["trainer"]
+    assert trainer.state.global_step == 2 and trainer.lmpo_loss == "drpo"
+    assert trainer.lmpo_loss_hparams == {"delta": 10.0}
+    assert (tmp_path / "runs" / "trl-drpo").is_dir()

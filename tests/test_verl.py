@@ -227,3 +227,48 @@ def test_verls_own_settings_reach_a_loss_that_declares_them(monkeypatch):
     loss, _ = lmpo_verl.make_policy_loss("tau_test")(old, logp, adv, mask, "token-mean", cfg)
     tok, _ = tau_loss(logp, old, adv, mask, tau_pos=2.0, tau_neg=3.0)
     torch.testing.assert_close(loss, aggregate(tok, mask, "token-mean"), rtol=1e-12, atol=1e-14)
+
+
+def readme_verl_command() -> list[str]:
+    """The overrides of the README's `python -m verl.trainer.main_ppo` block, as a shell
+    would pass them (continuations joined, comments dropped)."""
+    import shlex
+    from pathlib import Path
+
+    from tests.doc_blocks import fenced_blocks
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    code = next(c for lang, _, c in fenced_blocks(readme)
+                if lang == "bash" and "verl.trainer.main_ppo" in c)
+    words = shlex.split(code.replace("\\\n", " "), comments=True)
+    assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    return words[3:]
+
+
+def test_the_readmes_verl_command_is_the_documented_one_and_composes():
+    """README's verl quick start: the CE-GPPO row of docs/verl.md's table (plus the loss
+    config's target), composed by verl's own Hydra config into the lmpo loss."""
+    import os
+    import re
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verl.md").read_text()
+    row = re.search(r"^\| CE-GPPO \| `([^`]*)` \|", page, re.M).group(1).split()
+    readme = readme_verl_command()
+    target = "actor_rollout_ref.actor.policy_loss._target_=" \
+             "lmpo.integrations.verl.LmpoPolicyLossConfig"
+    assert target in readme and sorted(set(readme) - {target}) == sorted(row)
+    assert set(DOC_OVERRIDES["cegppo"]) <= set(row)
+    cfg_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=cfg_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=[
+            *readme, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.rollout.n=4"])
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == "lmpo_cegppo"
+    assert lmpo_verl.resolve_hparams("cegppo", actor) | {"beta1": 0.5, "beta2": 1.0} == \
+        lmpo_verl.resolve_hparams("cegppo", actor)
+    core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)
