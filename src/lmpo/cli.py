@@ -324,6 +324,7 @@ def cmd_eval(args) -> int:
     out = Path(args.json) if args.json else Path(args.run) / "eval_cli.json" if args.run \
         else None  # a user's model folder is theirs: written only where asked
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         write_text(out, json.dumps(result, indent=2) + "\n")
         print(f"wrote {out}")
     return 0

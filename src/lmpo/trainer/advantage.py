@@ -76,10 +76,12 @@ def wants_paths(cfg) -> bool:
     return any(advantage_meta(n)["wants_paths"] for n in run_estimators(cfg))
 
 
-def group_sequence_advantages(estimator, name: str, scored, batch) -> tuple[torch.Tensor, dict]:
+def group_sequence_advantages(estimator, name: str, scored,
+                              batch=None) -> tuple[torch.Tensor, dict]:
     """A group estimator's advantages over the scored samples, [B] (or [B, T] for one
     that wants the path statistics), with their tiers and what else its registry metadata
-    asks for: lengths, per-function parts, baselines, the batch's path statistics."""
+    asks for: lengths, per-function parts, baselines, the path statistics of `batch` (the
+    training batch; needed only by an estimator that wants them)."""
     tiers = [p.cluster for p in scored.problems]
     meta, extra = advantage_meta(name), {}
     if meta["wants_lengths"]:
@@ -89,6 +91,9 @@ def group_sequence_advantages(estimator, name: str, scored, batch) -> tuple[torc
     if meta["wants_baselines"]:
         extra["baselines"] = scored.baselines
     if meta["wants_paths"]:
+        if batch is None or batch.paths is None:
+            raise ValueError(f"the {name} estimator needs the training batch's path "
+                             "statistics (TrainBatch.paths)")
         logp, sum_sq = batch.paths
         extra["paths"] = PathStats(logp, sum_sq, batch.resp_mask, batch.is_weights)
     return estimator(scored.scores, scored.group_ids, clusters=tiers, **extra)
