@@ -16,7 +16,7 @@ SKYRL_VENV := .venv-skyrl
 WHEEL_VENV := .venv-wheel
 
 .PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
-	bench-trl clean gpu-wheels test-skyrl test-ray
+	bench-trl clean gpu-wheels test-skyrl test-ray wheel
 
 help:
 	@echo "make help        this list"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-trl    the TRL adapter and its benchmarks' smoke tests in .venv-trl"
 	@echo "make test-skyrl  the SkyRL plugin in .venv-skyrl"
 	@echo "make test-ray    lmpo compare --launcher ray on Ray's multi-node test cluster"
+	@echo "make wheel       build dist/lmpo-VERSION-py3-none-any.whl (install it anywhere without a clone)"
 	@echo "make test-wheel  the wheel alone in a fresh environment, then with its training extra"
 	@echo "make bench       the benchmarks against their peers (benchmarks/results/)"
 	@echo "make bench-trl   the benchmarks against TRL, in .venv-trl"
@@ -128,6 +129,12 @@ test-wheel: $(STAMP)
 	$(call run_pytest,$(MIN_VENV)/bin/python,-p no:cacheprovider $(CORE_TESTS))
 	.ci/install-env $(WHEEL_VENV) "$$(ls dist/lmpo-*.whl)[train]"
 	$(WHEEL_VENV)/bin/python tests/wheel_smoke.py dist/lmpo-*.whl
+
+# A wheel to install without a clone (a cluster's shared storage, a Ray runtime_env)
+wheel: $(STAMP)
+	rm -rf dist
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/lmpo-*.whl
 
 # What benchmarks/gpu_check.sh installs on a CUDA machine with no network (see
 # benchmarks/gpu_wheels.sh); GPU_PYTHON=3.12 fetches compiled dependencies for that Python.

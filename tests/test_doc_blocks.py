@@ -36,7 +36,7 @@ EXCUSED = {
                                     "installs the wheel and its extras the same way",
     ("README.md", "lmpo compare --config demo"): "`make demo` (~5 min) runs it; "
                                                  "tests/test_tutorial.py runs the same commands",
-    ("docs/cluster.md", "pip install 'lmpo[ray]'"): "a Ray cluster's nodes; make test-ray runs "
+    ("docs/cluster.md", 'pip install "$WHEEL[ray]"'): "a Ray cluster's nodes; make test-ray runs "
                                                    "lmpo compare --launcher ray on Ray's own "
                                                    "test cluster",
     ("docs/cluster.md", "export MODEL_PATH="): "a multi-GPU verl job (8 GPUs, shared storage)",
