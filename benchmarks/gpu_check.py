@@ -9,9 +9,10 @@ wheels `make gpu-wheels` prepares); `--dry-run` runs the same code on the CPU at
    bfloat16 copies, alternated, median tokens/s.
 2. One RL step: `flop_floor.measure` at the 135M size on the device (sampling + update,
    float32 and bfloat16), with its floor ratio.
-3. The testbed: the nano warm start (built there by its SFT preset), then 50 GRPO steps of
-   the `grpo` preset with `device: cuda`; held-out accuracy before and after and the median
-   `time/step`.
+3. The testbed, through the command line a user types: the nano warm start (built there
+   by its SFT preset), then `lmpo train --config grpo device=cuda` for 50 steps (held-out
+   accuracy before and after, the median `time/step`), then `lmpo eval --run DIR --device
+   cuda` on its final policy (accuracy and wall time).
 
     python benchmarks/gpu_check.py --out DIR [--dry-run]
 """
@@ -25,17 +26,16 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 from common import clock
 from flop_floor import SMOKE, SMOLLM2_135M, build, measure
 
-from lmpo.config import load_config
+from lmpo.cli import main as lmpo
 from lmpo.rollout import sample
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.loop import train
-from lmpo.trainer.train_config import TrainConfig
 from lmpo.warmstart import resolve_policy
 
 
@@ -100,19 +100,30 @@ def testbed(device: str, steps: int, dry_run: bool, work: Path) -> dict:
     if dry_run:  # a 20-step warm start must not enter the user's cache
         os.environ["LMPO_HOME"] = str(work / "home")
     policy = resolve_policy("nano-chain-sum", progress=False, sft_overrides=sft)
-    cfg = load_config(TrainConfig, "grpo", [
-        f"policy={policy}", f"steps={steps}", f"device={device}", "log.tensorboard=false",
-        f"log.eval_every={steps}", "log.checkpoint_every=100000",
-        *(["log.eval_per_tier=2"] if dry_run else [])])
-    summary = train(cfg, work / "testbed", progress=False)
-    rows = read_rows(work / "testbed" / "metrics.jsonl")
+    run = work / "testbed"
+    code = lmpo(["train", "--config", "grpo", "--run-dir", str(run), "--quiet",
+                 f"policy={policy}", f"steps={steps}", f"device={device}",
+                 "log.tensorboard=false", f"log.eval_every={steps}",
+                 "log.checkpoint_every=100000", *(["log.eval_per_tier=2"] if dry_run else [])])
+    if code != 0:
+        sys.exit(f"gpu_check: lmpo train exited {code}")
+    summary = json.loads((run / "eval.json").read_text())
+    rows = read_rows(run / "metrics.jsonl")
     before, after = summary["before"], summary["after"]
+    t0 = time.perf_counter()
+    code = lmpo(["eval", "--run", str(run), "--device", device, "--json",
+                 str(work / "eval_cli.json"), *(["--per-tier", "2"] if dry_run else [])])
+    if code != 0:
+        sys.exit(f"gpu_check: lmpo eval exited {code}")
+    evaluated = json.loads((work / "eval_cli.json").read_text())
     return {"preset": "grpo", "steps": steps, "device": device,
             "heldout_trained_before": before.get("accuracy_trained"),
             "heldout_trained_after": after.get("accuracy_trained"),
             "reward_first10": statistics.mean(r["reward/mean"] for r in rows[:10]),
             "reward_last10": statistics.mean(r["reward/mean"] for r in rows[-10:]),
-            "time_per_step_s": statistics.median(r["time/step"] for r in rows[1:] or rows)}
+            "time_per_step_s": statistics.median(r["time/step"] for r in rows[1:] or rows),
+            "lmpo_eval_accuracy_trained": evaluated.get("accuracy_trained"),
+            "lmpo_eval_seconds": time.perf_counter() - t0}
 
 
 def main() -> None:

@@ -156,7 +156,8 @@ def test_flop_floor_counts_the_flops_it_times(tiny_policy_dir, tmp_path):
 
 def test_gpu_check_dry_run(tmp_path):
     """The GPU check's code path on the CPU at tiny sizes (no wheels): its JSON has the
-    machine, sampling vs generate, the RL step in both precisions and the testbed."""
+    machine, sampling vs generate, the RL step in both precisions and the testbed, trained
+    by `lmpo train` and evaluated by `lmpo eval --device`."""
     out = tmp_path / "gpu"
     # PYTHON unset and no environment on PATH: the script finds the project's .venv
     # (where this suite runs, unless another interpreter was named)
@@ -173,4 +174,6 @@ def test_gpu_check_dry_run(tmp_path):
     assert result["sampling"]["lmpo_vs_generate_fp32"] > 0
     assert [r["dtype"] for r in result["rl_step"]] == ["float32", "bfloat16"]
     assert result["testbed"]["steps"] == 2 and result["testbed"]["time_per_step_s"] > 0
+    assert 0 <= result["testbed"]["lmpo_eval_accuracy_trained"] <= 1  # lmpo eval ran
+    assert result["testbed"]["lmpo_eval_seconds"] > 0
     assert not (tmp_path / "h" / "policies").exists()  # the tiny warm start stayed in scratch
