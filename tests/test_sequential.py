@@ -163,3 +163,21 @@ def test_compare_adds_blocks_until_the_headline_claim_is_decided(
     assert c["family"] == "headline (sequential)" and c["look"] == len(seq["looks"])
     assert (c["verdict"] == "holds") == (stopped == "decided")
     assert "## Seeds until decided" in (out / "report.md").read_text()
+
+
+def test_the_status_table_rereads_only_the_metrics_files_that_changed(tmp_path, monkeypatch):
+    """LastRows reads a run's metrics once, then again only after the file changed."""
+    from lmpo.experiments import sweep
+
+    reads = []
+    real = sweep.read_rows
+    monkeypatch.setattr(sweep, "read_rows", lambda p: reads.append(p) or real(p))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    last = sweep.LastRows(keep=2)
+    assert last(run) == [{"step": 1}] and last(run) == [{"step": 1}] and len(reads) == 1
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 2}\n{"step": 3}\n')
+    assert last(run) == [{"step": 2}, {"step": 3}] and len(reads) == 2
+    assert last(tmp_path / "nothing") == []
