@@ -94,7 +94,8 @@ def test_random_layouts_and_constant_scores_are_nan_free(data, name):
     adv, metrics = get_advantage(name)(scores, gid, **extra)
     assert adv.shape == scores.shape and torch.isfinite(adv).all()
     assert all(math.isfinite(v) for v in metrics.values())
-    if bool((scores == scores[0]).all()) and advantage_meta(name)["constant_groups"] != "prior":
+    if bool((scores == scores[0]).all()) and \
+            advantage_meta(name)["constant_groups"] not in ("prior", "none"):
         singleton = (sizes == 1)[torch.unique(gid, return_inverse=True)[1]]
         if advantage_meta(name)["singleton"] == "score":
             adv = adv[~singleton]

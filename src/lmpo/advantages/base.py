@@ -24,7 +24,8 @@ ADVANTAGES = Registry("advantage estimator", defaults={
     # prior, a leave-one-out with nothing left out); `min_group`: the smallest group it
     # accepts; `constant_groups`: what all-equal groups get, "zero" (each such group
     # A = 0), "batch" (A = 0 only when the whole batch is equal: no group baseline,
-    # batch whitening) or "prior" (shrunk toward a running prior: non-zero)
+    # batch whitening), "prior" (shrunk toward a running prior: non-zero) or "none" (every
+    # sample keeps its score: no baseline at all)
     "singleton": "zero", "min_group": 1, "constant_groups": "zero"})
 
 

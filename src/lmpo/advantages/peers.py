@@ -1,5 +1,6 @@
 """The engines' critic-free estimators lmpo also ships: REINFORCE++ (and its group
-baseline), OPO, GPG, Pass@k (verl's grpo_passk) and MaxRL (SkyRL's maxrl).
+baseline), OPO, GPG, Pass@k (verl's grpo_passk), MaxRL (SkyRL's maxrl) and the raw
+reward (NeMo-RL's RawRewardAdvantageEstimator).
 
 Each is written from its formula and checked against the engine's own function
 (tests/test_verl_peers.py, tests/test_peer_estimators.py). Token-level whitening
@@ -158,3 +159,30 @@ class MaxRL(Estimator):
         mean = g.mean[g.index]
         return torch.where(g.size[g.index] > 1, (g.scores - mean) / (mean + self.eps),
                            g.scores)
+
+
+@ADVANTAGES.register("raw_reward", singleton="score", constant_groups="none", wants_lengths=True,
+                     domains={"normalize": "bool"},
+                     peer_names={"nemo_rl": "RawRewardAdvantageEstimator"},
+                     title="Raw reward (no baseline)",
+                     source="NeMo-RL RawRewardAdvantageEstimator (normalize_advantages)",
+                     summary="the score itself; with normalize, whitened over the batch's "
+                             "tokens")
+class RawReward(Estimator):
+    """A = s: no value model, no baseline (NeMo-RL's `RawRewardAdvantageEstimator`). With
+    `normalize` (its `normalize_advantages`), whitened over every valid token of the batch:
+    (s - mu) / sqrt(max(var, 1e-8)), mu and var the token-weighted mean and population
+    variance (NeMo-RL clamps the variance; verl's whitening adds 1e-8 and uses the unbiased
+    variance: `reinforce_plus_plus`)."""
+
+    def __init__(self, *, normalize: bool = False):
+        self.normalize = normalize
+
+    def compute(self, g: Groups) -> torch.Tensor:
+        if not self.normalize:
+            return g.scores.clone()
+        n = _needs_lengths(g, "raw_reward")
+        total = n.sum().clamp(min=1)
+        mu = (n * g.scores).sum() / total
+        var = (n * (g.scores - mu) ** 2).sum() / total
+        return (g.scores - mu) * torch.rsqrt(var.clamp(min=1e-8))
