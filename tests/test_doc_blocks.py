@@ -13,19 +13,14 @@ from tests.doc_blocks import fenced_blocks
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
-# (page, the block's first line, up to its end or a prefix of it) -> the test that runs it
+# (page, a prefix of the block's first line; "" for every block of a page a test follows
+# as written) -> the test that runs it
 RUN = {
     ("README.md", "from datasets import Dataset"): "tests/test_trl.py",
     ("README.md", "import torch"): "tests/test_doc_blocks.py",
     ("README.md", "python -m verl.trainer.main_ppo"): "tests/test_verl.py",
-    ("docs/tutorial.md", "import re"): "tests/test_tutorial.py",
-    ("docs/tutorial.md", "lmpo eval --model"): "tests/test_tutorial.py",
-    ("docs/tutorial.md", "lmpo compare --config mine.yaml"): "tests/test_tutorial.py",
-    ("docs/tutorial.md", "lmpo report runs/mine"): "tests/test_tutorial.py",
-    ("docs/your-method.md", "from lmpo.losses.base import prepare"): "tests/test_recipe.py",
-    ("docs/your-method.md", "from tests.loss_references import"): "tests/test_recipe.py",
-    ("docs/your-method.md", "import torch"): "tests/test_recipe.py",
-    ("docs/your-method.md", "import statistics"): "tests/test_recipe.py",
+    ("docs/tutorial.md", ""): "tests/test_tutorial.py",
+    ("docs/your-method.md", ""): "tests/test_recipe.py",
     ("docs/skyrl.md", "from lmpo.integrations.skyrl import register"): "tests/test_skyrl.py",
 }
 # (page, first line) -> why a test does not run it
