@@ -23,6 +23,7 @@ reads the directories whatever ran them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -171,11 +172,10 @@ class LastRows:
         return cached[1]
 
 
-def status_table(exp: Experiment, runs: list[Run], last_rows=None):
-    """The live table of `runs` (`last_rows(run_dir)`: their last rows, a `LastRows`)."""
+def status_table(exp: Experiment, runs: list[Run], last_rows: LastRows):
+    """The live table of `runs`, their last rows read through `last_rows`."""
     from rich.table import Table
 
-    last_rows = last_rows or LastRows()
     levels = len(exp.conditions.get("levels") or {}) if exp.conditions else 0
     table = Table(title=f"lmpo compare {exp.name}: {len(exp.arms)} arms x "
                         + (f"{levels} levels x " if levels else "")
@@ -224,7 +224,7 @@ def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = T
             console.print(line, highlight=False)
     try:
         with Live(status_table(exp, runs, last_rows), console=console, refresh_per_second=2,
-                  transient=False) if show else _Quiet() as view:
+                  transient=False) if show else contextlib.nullcontext() as view:
             while queue or active:
                 while queue and pool.free():
                     run = queue.pop(0)
@@ -303,17 +303,6 @@ def next_look(exp: Experiment, out: Path) -> list[int] | None:
     print(f"seeds until decided: after looks at {looks} a headline claim is undecided; "
           f"adding seeds up to {decision['next']}")
     return all_seeds(exp.design)[:decision["next"]]
-
-
-class _Quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def update(self, *_):
-        pass
 
 
 def prebuild(runs: list[Run]) -> None:
