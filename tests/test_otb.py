@@ -191,3 +191,26 @@ def test_runs_with_the_estimator_and_with_it_as_a_comparator(tiny_policy_dir, tm
         assert [r["step"] for r in rows] == [1, 2]
         assert all(math.isfinite(r["adv/abs_mean"]) for r in rows)
     assert all(0.0 <= r["shadow/otb/adv_tv"] <= 1.0 for r in rows)
+
+
+def test_the_path_pass_stands_in_for_the_recompute_bit_for_bit(tiny_policy_dir, tmp_path):
+    """Under a rollout correction (a recompute every step), a run with OTB as a comparator
+    takes the recompute's log-probs from the path pass: every row not about the comparator
+    equals the plain run's exactly."""
+    import json
+
+    from lmpo.trainer.loop import train
+    from tests.test_trainer import tiny_cfg
+
+    base = ["steps=2", "rollout.correction={kind: tis}"]
+    train(tiny_cfg(tiny_policy_dir, "grpo", base), tmp_path / "plain", progress=False)
+    train(tiny_cfg(tiny_policy_dir, "grpo", [
+        *base, "log.comparators={otb: {advantage: {name: optimal_token_baseline}}}"]),
+        tmp_path / "shadow", progress=False)
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("time/", "shadow/"))}
+                for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+
+    assert rows("plain") == rows("shadow")
+    assert "rollout/logp_mismatch" in rows("plain")[0]

@@ -151,12 +151,18 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
     old_logp, temperature = rollout.logp.to(device), cfg.rollout.temperature
-    pre_update, pre_entropy, fixed = None, None, None
+    pre_update, pre_entropy, fixed, path_stats = None, None, None, None
+    if paths:  # its log-probs are the recompute's, bit for bit: one pass serves both
+        with torch.no_grad(), autocast(cfg, device):
+            path_stats = forward_path_stats(state.policy, ids, mask, resp_ids, temperature)
     if (cfg.rollout.old_logp == "recompute" or differs or correction is not None
             or diagnostic_step(step, cfg)):
-        with torch.no_grad(), autocast(cfg, device):
-            recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
-                                                   temperature, with_entropy=differs)
+        if path_stats is not None and not differs:
+            recomputed, entropy = path_stats[0], None
+        else:
+            with torch.no_grad(), autocast(cfg, device):
+                recomputed, entropy = forward_logprobs(state.policy, ids, mask, resp_ids,
+                                                       temperature, with_entropy=differs)
         if differs:  # the trained policy's entropy, not the rollout copy's
             pre_entropy = entropy * resp_mask
         row |= mismatch_metrics(old_logp, recomputed, resp_mask)
@@ -176,10 +182,6 @@ def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bo
         with torch.no_grad(), autocast(cfg, device):
             ref_logp, _ = forward_logprobs(state.reference, ids, mask, resp_ids, temperature,
                                            with_entropy=False)
-    path_stats = None
-    if paths:
-        with torch.no_grad(), autocast(cfg, device):
-            path_stats = forward_path_stats(state.policy, ids, mask, resp_ids, temperature)
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
                       pre_update=pre_update, pre_entropy=pre_entropy,
