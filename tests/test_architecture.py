@@ -23,7 +23,7 @@ SRC = ROOT / "src" / "lmpo"
 LAYERS = ["__init__", "errors", "atomic", "processes", "process_env", "yamlfile", "extras",
           "progress",
           "domains",
-          "choices", "registry", "masked", "logprobs", "welford",
+          "choices", "devices", "registry", "masked", "logprobs", "welford",
           "faults", "locks", "user_modules", "reward_worker", "cache", "presets", "config",
           "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",

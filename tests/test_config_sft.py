@@ -39,6 +39,7 @@ def test_hydras_add_prefixes_read_as_plain_overrides():
     ("steps", "must look like key=value"),
     ("+stpes=3", "unknown config key 'stpes'"),  # Hydra's add checks the path too
     ("~steps", "no key deletion"),
+    ("device=gpu", "device 'gpu': expected one of auto, cpu, cuda"),
 ])
 def test_bad_config_fails_clearly(override, msg):
     with pytest.raises(ConfigError, match=msg):

@@ -240,3 +240,21 @@ def test_a_key_a_newer_lmpo_added_resumes_at_its_default(tmp_path):
     check_resumable(saved, cfg)
     with pytest.raises(ConfigError, match="kl.bias_correction"):
         check_resumable(saved, load_config(TrainConfig, "grpo", ["kl.bias_correction=true"]))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto stands for cuda on this machine")
+def test_a_run_saved_under_cpu_resumes_under_auto_where_there_is_no_cuda(tmp_path):
+    """`device: auto` (the default) is compared as the device it stands for: the runs
+    committed with `device: cpu` resume under it here; cuda is still a change."""
+    from lmpo.config import load_config, to_dict
+    from lmpo.errors import ConfigError
+    from lmpo.trainer.resume import check_resumable
+    from lmpo.trainer.train_config import TrainConfig
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(to_dict(load_config(TrainConfig, "grpo", ["device=cpu"]))))
+    auto = load_config(TrainConfig, "grpo")
+    assert auto.device == "auto"
+    check_resumable(saved, auto)
+    with pytest.raises(ConfigError, match="device: 'cpu' -> 'cuda'"):
+        check_resumable(saved, load_config(TrainConfig, "grpo", ["device=cuda"]))

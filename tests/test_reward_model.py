@@ -212,6 +212,8 @@ def test_the_saved_folder_is_a_plain_sequence_classification_model(trained_rm):
 def test_rm_config_errors_are_clear(tmp_path):
     with pytest.raises(ConfigError, match="heldout_frac must be in"):
         load_config(RMConfig, None, ["heldout_frac=1.5"]).validate()
+    with pytest.raises(ConfigError, match="device 'tpu': expected one of auto, cpu, cuda"):
+        load_config(RMConfig, None, ["device=tpu"]).validate()
     path = tmp_path / "p.jsonl"
     write_pairs([Pair(f"{i}+1=", f"#{i + 1}", "#0") for i in range(4)], path)
     cfg = load_config(RMConfig, None, [f"pairs={path}", "use_margin=true", "trunk=nowhere"])

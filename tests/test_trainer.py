@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from lmpo import presets
 from lmpo.cli import main
@@ -261,3 +262,19 @@ def test_eval_of_a_run_uses_its_own_task_tiers_and_heldout_set(tiny_policy_dir, 
     assert not (tmp_path / "run" / "policy" / "eval_cli.json").exists()  # the model's folder
     assert set(result["per_tier"]) == {"a", "b"} and result["trained_tiers"] == ["b"]
     assert result["decoding"] == "mean@4, T=1"  # the run's own evaluation settings
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto stands for cuda on this machine")
+def test_device_auto_is_the_default_and_the_same_run_as_cpu_without_cuda(tiny_policy_dir,
+                                                                          tmp_path):
+    """Every row but its timings, and the weights, bit for bit."""
+    assert TrainConfig().device == "auto"
+    rows, weights = {}, {}
+    for device in ("auto", "cpu"):
+        train(tiny_cfg(tiny_policy_dir, "grpo", ["steps=2", f"device={device}"]),
+              tmp_path / device, progress=False)
+        rows[device] = [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+                        for x in (tmp_path / device / "metrics.jsonl").read_text().splitlines()]
+        weights[device] = load_file(tmp_path / device / "policy" / "model.safetensors")
+    assert rows["auto"] == rows["cpu"] and len(rows["cpu"]) == 2
+    assert all(torch.equal(weights["auto"][k], weights["cpu"][k]) for k in weights["cpu"])

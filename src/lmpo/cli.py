@@ -276,13 +276,13 @@ def cmd_eval(args) -> int:
     from rich.console import Console
 
     from lmpo.config import load_config
+    from lmpo.devices import resolve_device
     from lmpo.evaluate import accuracy_table, evaluate
     from lmpo.models import PromptEncoder, load_policy, stop_token_ids
     from lmpo.rewards import build_reward
     from lmpo.tasks import get_task
     from lmpo.tasks.heldout import heldout_split
     from lmpo.trainer.resume import load_run_config
-    from lmpo.trainer.runtime import resolve_device
     from lmpo.trainer.train_config import TrainConfig
     from lmpo.warmstart import resolve_policy
 

@@ -30,6 +30,7 @@ from lmpo import presets
 from lmpo.atomic import write_text
 from lmpo.cache import build_once, cache_key, lmpo_home
 from lmpo.config import save_config
+from lmpo.devices import check_device, resolve_device, resolved_name
 from lmpo.errors import ConfigError
 from lmpo.progress import LoopProgress
 from lmpo.rewards.preferences import Pair, builtin_pairs, load_pairs, write_pairs
@@ -78,6 +79,8 @@ class RMConfig:
     """TRL's center_rewards_coefficient: + coef * mean((r_c + r_r)^2)."""
     seed: int = 0
     threads: int = 2
+    device: str = "auto"
+    """auto (CUDA when present, else CPU) | cpu | cuda (lmpo.devices)."""
     out: str = "runs/rm"
 
     def validate(self) -> None:
@@ -92,6 +95,7 @@ class RMConfig:
             raise ConfigError(f"heldout_frac must be in (0, 1), got {self.heldout_frac}")
         if self.center_coef is not None and self.center_coef < 0:
             raise ConfigError(f"center_coef must be >= 0, got {self.center_coef}")
+        check_device(self.device)
 
 
 def split_by_prompt(pairs: list[Pair], frac: float, seed: int) -> tuple[list[Pair], list[Pair]]:
@@ -180,7 +184,7 @@ def pair_scores(model, encode: TextEncoder, pairs: list[Pair], pad_id: int,
     """(chosen scores, rejected scores), `batch` pairs' worth of sequences at a time."""
     seqs = [encode(p.prompt, p.chosen) for p in pairs] + [encode(p.prompt, p.rejected)
                                                          for p in pairs]
-    scores = score_batches(model, seqs, pad_id, 2 * batch)
+    scores = score_batches(model, seqs, pad_id, 2 * batch, next(model.parameters()).device)
     return scores[:len(pairs)], scores[len(pairs):]
 
 
@@ -207,9 +211,11 @@ def train_epoch(model, opt, pairs: list[Pair], encode: TextEncoder, pad_id: int,
         part = order[i:i + cfg.batch_size]
         seqs = [encode(p.prompt, p.chosen) for p in part] + [encode(p.prompt, p.rejected)
                                                              for p in part]
-        s = sequence_scores(model, *pad_batch(seqs, pad_id))
+        device = next(model.parameters()).device
+        s = sequence_scores(model, *(t.to(device) for t in pad_batch(seqs, pad_id)))
         c, r = s[:len(part)], s[len(part):]
-        margin = torch.tensor([p.margin for p in part]) if cfg.use_margin else None
+        margin = torch.tensor([p.margin for p in part], device=device) if cfg.use_margin \
+            else None
         loss = bt_loss(c, r, margin, cfg.center_coef)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -232,6 +238,7 @@ def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
         raise ConfigError("use_margin: true, but some training pairs have no 'margin'")
     t_data = time.perf_counter() - t0
     model, tok = load_trunk(cfg)
+    model.to(resolve_device(cfg.device))
     encode = TextEncoder(tok, cfg.prompt_format, cfg.system_prompt)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = random.Random(cfg.seed)
@@ -251,7 +258,7 @@ def run_rm(cfg: RMConfig, *, progress: bool = True) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model.config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
+    model.cpu().save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     (out / META_FILE).write_text(json.dumps({
         "prompt_format": encode.prompt.format, "system_prompt": cfg.system_prompt,
@@ -286,6 +293,7 @@ def resolve_reward_model(spec: str, *, progress: bool = True) -> Path:
     cfg = load_config(RMConfig, spec, [])
     config = to_dict(cfg)
     config.pop("out")
+    config["device"] = resolved_name(config["device"])  # a GPU-trained model is another
     # what the trunk, the sampling policy and pair files are, not only their names
     config["identities"] = {k: source_identity(getattr(cfg, k)) for k in (
         "trunk", "sample_policy", "pairs", "heldout_pairs") if getattr(cfg, k) not in (

@@ -14,6 +14,7 @@ import torch
 
 from lmpo.atomic import write_text
 from lmpo.config import ConfigError, save_config
+from lmpo.devices import check_device, resolve_device
 from lmpo.evaluate import evaluate
 from lmpo.models import build_policy, build_tokenizer, num_parameters, save_policy
 from lmpo.models.forward import sft_loss
@@ -42,6 +43,8 @@ class SFTConfig:
     """Held-out problems per tier for the final greedy evaluation."""
     max_new_tokens: int = 32
     threads: int = 2
+    device: str = "auto"
+    """auto (CUDA when present, else CPU) | cpu | cuda (lmpo.devices)."""
     out: str = "runs/sft/chain_sum_nano"
     """Output folder: a Hugging Face model folder plus eval.json and config.yaml."""
 
@@ -51,6 +54,7 @@ class SFTConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
+        check_device(self.device)
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -83,7 +87,8 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
     task, tokenizer = get_task(cfg.task), build_tokenizer()
     heldout = heldout_split(task, cfg.eval_per_tier)
     exclude = heldout.prompts
-    model = build_policy(cfg.size, tokenizer, seed=cfg.seed)
+    device = resolve_device(cfg.device)
+    model = build_policy(cfg.size, tokenizer, seed=cfg.seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
     rng = random.Random(cfg.seed)
@@ -94,7 +99,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
         for step in range(cfg.steps):
             batch = sample_excluding(task, cfg.batch_size, rng, exclude)
             ids, mask, labels = sft_batch(task, tokenizer, batch)
-            loss = sft_loss(model, ids, mask, labels)
+            loss = sft_loss(model, ids.to(device), mask.to(device), labels.to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -105,7 +110,7 @@ def run_sft(cfg: SFTConfig, *, progress: bool = True) -> dict:
             bar.update(advance=1, loss=losses[-1])
     train_seconds = time.perf_counter() - t0
     result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=cfg.max_new_tokens)
-    out = save_policy(model, tokenizer, cfg.out)
+    out = save_policy(model.cpu(), tokenizer, cfg.out)
     save_config(cfg, out / "sft_config.yaml")
     summary = {
         "task": cfg.task, "size": cfg.size, "params": num_parameters(model),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lmpo import presets
 from lmpo.cache import build_once, cache_key, lmpo_home
+from lmpo.devices import resolved_name
 from lmpo.errors import ConfigError
 
 
@@ -32,6 +33,7 @@ def cache_entry(name: str, sft_overrides: tuple[str, ...] = ()) -> tuple[Path, d
 
     config = to_dict(sft_config(name, sft_overrides))
     config.pop("out")
+    config["device"] = resolved_name(config["device"])  # a GPU-built policy is another
     key, inputs = cache_key("policy", config, "lmpo.sft")
     return lmpo_home() / "policies" / f"{name}-{key}", inputs
 

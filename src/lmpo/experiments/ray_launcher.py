@@ -5,7 +5,7 @@ Each pending run becomes one Ray task that runs, on the node it is placed on, th
 node's CPUs / `--jobs` (as the pool sets it from this machine's cores). `--jobs` is runs
 at once per node. The driver places every task itself (Ray's node-affinity strategy, not
 soft): a node gets at most `jobs` runs, the least busy node first, and each task asks Ray
-for `threads` CPUs (and a GPU when the run's `device` is cuda).
+for `threads` CPUs (and a GPU when the run's `device` is cuda, or auto on a node with one).
 
 - **Shared storage.** The run directories must be one file system every node sees. Before
   anything starts, a probe task on each node reads a file the driver wrote under `--out`
@@ -241,8 +241,10 @@ class RayPool:
 
         node = min((n for n in self.nodes.values() if len(n.busy) < self.jobs),
                    key=lambda n: (len(n.busy), n.host, n.id))
-        gpus = 1 if str(yaml.safe_load(Path(run.config).read_text()).get("device", "")
-                        ).startswith("cuda") else 0
+        device = str(yaml.safe_load(Path(run.config).read_text()).get("device", "auto"))
+        # cuda asks for a GPU; auto takes one where the node has any (else Ray hides them
+        # and the run resolves auto to the CPU); cpu never does
+        gpus = 1 if device.startswith("cuda") or (device == "auto" and node.gpus >= 1) else 0
         if gpus and node.gpus < 1:
             raise LmpoError(f"{run.name} asks for a GPU (device cuda) and node {node.host} "
                             "has none")

@@ -35,7 +35,7 @@ from lmpo.locks import check_lease
 def grpo_args(cfg, out: Path):
     from trl import GRPOConfig
 
-    from lmpo.trainer.runtime import resolve_device
+    from lmpo.devices import resolve_device
 
     per_step = cfg.rollout.batch_size // cfg.optim.minibatches
     updates = cfg.optim.minibatches * cfg.optim.epochs

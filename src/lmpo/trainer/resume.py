@@ -4,7 +4,8 @@ Exempt: `steps` (extending a run is a documented use), `threads` and `log.*`
 (neither changes what is computed). Configs are compared as they run (`effective`): a
 config saved by an earlier lmpo is upgraded (`lmpo.legacy`), and each part's
 hyper-parameters are completed with the registry's defaults, so a run resumes whether a
-default was written out or not.
+default was written out or not; `device: auto` is compared as the device it stands for
+here, so a run saved under `cpu` resumes under `auto` on a machine without CUDA.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import yaml
 
 from lmpo.advantages import advantage_hparams
 from lmpo.config import ConfigError, build, flatten, to_dict
+from lmpo.devices import resolved_name
 from lmpo.legacy import upgrade_saved
 from lmpo.losses import loss_hparams
 from lmpo.rollout import controller_hparams
@@ -42,6 +44,8 @@ def effective(data: dict) -> dict:
             continue
         part["hparams"] = full | dict(part.get("hparams") or {})
         data[section] = part
+    if isinstance(data.get("device"), str):
+        data["device"] = resolved_name(data["device"])
     return data
 
 

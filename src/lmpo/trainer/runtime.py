@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import torch
 
-from lmpo.errors import ConfigError
 from lmpo.models import PromptEncoder, stop_token_ids
 from lmpo.models.adapters import AdaptersOff, apply_lora
 from lmpo.reward_model_training import resolve_reward_model
@@ -20,15 +19,6 @@ from lmpo.rollout.precision import RolloutModel
 from lmpo.trainer.advantage import wants_paths
 from lmpo.trainer.filters import build_filter
 from lmpo.trainer.greedy import wants_greedy
-
-
-def resolve_device(name: str) -> torch.device:
-    """auto: CUDA when present, else CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: cuda, but torch sees no CUDA device (use auto or cpu)")
-    return torch.device(name)
 
 
 def adamw(params, **kwargs) -> torch.optim.AdamW:

@@ -15,6 +15,7 @@ import torch
 
 from lmpo import process_env
 from lmpo.config import ConfigError, save_config, to_dict
+from lmpo.devices import resolve_device
 from lmpo.errors import LockedError
 from lmpo.evaluate import evaluate
 from lmpo.faults import CRASH_ENV, parse_crash_spec
@@ -39,7 +40,7 @@ from lmpo.trainer.parts import (
     build_schedules_of,
 )
 from lmpo.trainer.resume import check_resumable
-from lmpo.trainer.runtime import Runtime, adamw, prepare_policy, resolve_device
+from lmpo.trainer.runtime import Runtime, adamw, prepare_policy
 from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
 from lmpo.trainer.trackers import WandbTracker

@@ -355,9 +355,9 @@ class TrainConfig:
     the user turn) | auto (chat when the policy's tokenizer ships a chat template)."""
     system_prompt: str | None = None
     """chat only: a system turn before the problem (None = the template's own default)."""
-    device: str = dom("cpu", one_of(DEVICES))
+    device: str = dom("auto", one_of(DEVICES))
     """auto (CUDA when present, else CPU) | cpu | cuda: where the policy, reference, critic
-    and every tensor they see live."""
+    and every tensor they see live (lmpo.devices)."""
     policy: str = "nano-chain-sum"
     """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
     warm-started on first use, then reused from the user cache: `lmpo.warmstart`)."""
