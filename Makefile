@@ -106,7 +106,7 @@ test-skyrl: $(SKYRL_VENV)/.installed-stamp
 # lmpo compare --launcher ray on Ray's own multi-node test cluster; verl's environment
 # already has Ray (and everything lmpo train needs), so it runs there
 test-ray: $(VERL_VENV)/.installed-stamp
-	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_ray.py)
+	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_ray.py tests/test_ray_runtime_env.py)
 
 # The wheel alone (torch and numpy, no extras) in a fresh environment: what it requires,
 # that nothing else is installed, then every loss, estimator and correction against its
