@@ -85,6 +85,24 @@ def experiment(tmp_path, policy, arms=None, differs_in=("loss",), seeds=2, steps
     return load_experiment(path)
 
 
+def test_an_experiment_file_extends_another(tmp_path):
+    """A smoke variant: the other file's arms and claims, its own seeds, steps and base keys
+    merged over the other's; an extends chain that loops is one line."""
+    full = experiment(tmp_path, "models/mine", claims=[
+        {"kind": "direction", "metric": "reward/mean", "arms": ["cegppo", "grpo"],
+         "expect": "greater", "min_effect": 0.01, "sentence": "CE-GPPO earns more"}])
+    (tmp_path / "smoke.yaml").write_text("# the same, smaller\nextends: exp.yaml\nseeds: 2\n"
+                                         "steps: 1\nbase: {rollout: {batch_size: 8}}\n")
+    smoke = load_experiment(tmp_path / "smoke.yaml")
+    assert [a.name for a in smoke.arms] == ["grpo", "cegppo"] and smoke.claims == full.claims
+    assert (smoke.seeds, smoke.steps, smoke.description) == ([0, 1], 1, "the same, smaller")
+    assert smoke.base["rollout"] == {**TINY_BASE["rollout"], "batch_size": 8}
+    assert smoke.base["policy"] == "models/mine"
+    (tmp_path / "exp.yaml").write_text("extends: smoke.yaml\n")
+    with pytest.raises(ConfigError, match="extends cycle: smoke.yaml -> exp.yaml -> smoke.yaml"):
+        load_experiment(tmp_path / "smoke.yaml")
+
+
 def test_the_demo_experiment_is_matched():
     exp = load_experiment("demo")
     assert set(check_differs(exp)) == {"loss.agg", "loss.hparams.beta1", "loss.hparams.beta2",

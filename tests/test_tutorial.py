@@ -1,11 +1,11 @@
 """docs/tutorial.md, followed as written in a fresh folder: its files (the reward function,
 the experiment) exactly as the page shows them, its commands line by line, on stand-ins for
 the user's model (a randomly initialised tiny Llama folder) and data (40-line JSONL files,
-with and without clusters, of the page's schema). The one change: the 5-seed comparison
-runs 2 steps per run instead of the file's 200, two runs at a time (`--steps 2 --jobs 2`
-appended), since the stand-in model learns nothing in any number of steps; what is checked
-is that every command, file and setting works and that the report labels both claims over
-5 seeds."""
+with and without clusters, of the page's schema). The 10-minute version runs as written;
+the one change: the 5-seed comparison runs 2 steps per run instead of the file's 200, two
+runs at a time (`--steps 2 --jobs 2` appended), since the stand-in model learns nothing in
+any number of steps; what is checked is that every command, file and setting works and
+that the report labels both claims over 5 seeds."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def commands() -> list[str]:
 
 
 def test_the_page_names_its_files_and_commands():
-    assert sorted(files()) == ["mine.yaml", "reward.py"]
+    assert sorted(files()) == ["mine.yaml", "reward.py", "smoke.yaml"]
     assert [c.split()[:2] for c in commands()] == [["lmpo", "eval"], ["lmpo", "eval"],
+                                                  ["lmpo", "compare"], ["lmpo", "report"],
                                                   ["lmpo", "compare"], ["lmpo", "report"]]
     assert set(SHORTENED) <= set(commands())
 
@@ -98,6 +99,15 @@ def test_the_tutorial_runs_as_written(tiny_policy_dir, tmp_path, monkeypatch, ca
     assert runs == [f"{arm}/seed{k}" for arm in ("cegppo", "grpo") for k in range(5)]
     config = (tmp_path / "runs/mine/runs/cegppo/seed0/config.yaml").read_text()
     assert "policy: models/my-model" in config and "fn: reward.py:score" in config
+    # the smoke run: mine.yaml's arms and claims at its own size, as written
+    smoke = sorted(p.parent.relative_to(tmp_path / "runs/smoke/runs").as_posix()
+                   for p in (tmp_path / "runs/smoke/runs").glob("*/seed*/metrics.jsonl"))
+    assert smoke == [f"{arm}/seed{k}" for arm in ("cegppo", "grpo") for k in range(2)]
+    run = tmp_path / "runs/smoke/runs/grpo/seed1"
+    assert "batch_size: 8" in (run / "config.yaml").read_text()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 8
+    assert "CE-GPPO keeps more entropy than GRPO" in (tmp_path / "runs/smoke/report.md"
+                                                       ).read_text()
     claims = json.loads((tmp_path / "runs/mine/report.json").read_text())["claims"]
     assert [c["n"] for c in claims] == [5, 5]
     assert all(c["verdict"] and c["verdict"] != "insufficient seeds" for c in claims)

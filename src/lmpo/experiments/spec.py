@@ -1,6 +1,7 @@
 """Experiment files: arms x seeds of `lmpo train` runs that differ only where declared.
 
     # one-line description
+    extends: other.yaml                      # optional: a file this one changes (merged)
     base: {rollout: {group_size: 2}}        # config keys over every arm's preset
     arms:
       grpo: {preset: grpo}
@@ -50,7 +51,6 @@ from lmpo.experiments.frontier import check_frontier
 from lmpo.experiments.keys import COMPARATOR_KEY, PER_RUN_KEYS, covered
 from lmpo.experiments.names import check_name
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.yamlfile import read_yaml_file
 
 CLAIM_KINDS = ("direction", "threshold", "equivalence", "spread", "dose_response")
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
@@ -309,9 +309,7 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
 def load_experiment(spec: str | Path) -> Experiment:
     """An experiment by preset name (`lmpo presets`) or file path."""
     path = presets.resolve(spec, "experiment")
-    data = read_yaml_file(path, what="experiment file")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
+    data = read_yaml(path, "experiment")  # `extends: other.yaml` merged in, as for configs
     exp = parse_experiment(data, path.stem, str(path))
     for arm in exp.arms:  # an arm's preset file is relative to the experiment file
         if presets.looks_like_file(arm.preset) and not Path(arm.preset).is_absolute():

@@ -11,6 +11,7 @@ here. The stages live in `lmpo.trainer.stages`, the run's setup in
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from lmpo.atomic import write_text
@@ -54,7 +55,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             row = train_step(step, run)
             # ======================================================== evaluation
             if step % cfg.log.eval_every == 0 or step == cfg.steps:
+                started = time.perf_counter()
                 row |= metrics_row(run.evaluate())
+                row["time/eval"] = time.perf_counter() - started
             # ======================================================== log
             crash_point("before_row", step)
             check_lease(run.dir)  # a run moved to another machine has one writer
