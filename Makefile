@@ -16,7 +16,7 @@ SKYRL_VENV := .venv-skyrl
 WHEEL_VENV := .venv-wheel
 
 .PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
-	bench-trl clean gpu-wheels test-skyrl test-ray wheel
+	bench-trl clean gpu-wheels test-skyrl test-ray wheel test-verl-range
 
 help:
 	@echo "make help        this list"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-trl    the TRL adapter and its benchmarks' smoke tests in .venv-trl"
 	@echo "make test-skyrl  the SkyRL plugin in .venv-skyrl"
 	@echo "make test-ray    lmpo compare --launcher ray on Ray's multi-node test cluster"
+	@echo "make test-verl-range  the verl suite at the supported range's other end (verl 0.9.0; not in make test)"
 	@echo "make wheel       build dist/lmpo-VERSION-py3-none-any.whl (install it anywhere without a clone)"
 	@echo "make test-wheel  the wheel alone in a fresh environment, then with its training extra"
 	@echo "make bench       the benchmarks against their peers (benchmarks/results/)"
@@ -94,11 +95,24 @@ $(SKYRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	$(SKYRL_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python skyrl-train==0.3.1
 	touch $@
 
+VERL_TESTS := tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py \
+	tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py
 test-verl: $(VERL_VENV)/.installed-stamp
-	$(call run_pytest,$(VERL_VENV)/bin/python,tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py)
+	$(call run_pytest,$(VERL_VENV)/bin/python,$(VERL_TESTS))
 
 test-trl: $(TRL_VENV)/.installed-stamp
 	$(call run_pytest,$(TRL_VENV)/bin/python,tests/test_trl.py tests/test_benchmarks_trl.py tests/test_engine_envs.py tests/test_ray_trl.py)
+
+# The supported range's other end (docs/engines.md), outside `make test`: verl 0.9.0 in an
+# environment of its own, the same suite (verl 0.9.0's own GSPO ignores loss_agg_mode).
+# TRL's range, 1.16.x, has one release: make test-trl tests it.
+VERL_LOW_VENV := .venv-verl-0.9.0
+$(VERL_LOW_VENV)/.installed-stamp: pyproject.toml constraints.txt
+	.ci/install-env $(VERL_LOW_VENV) -e '.[dev]' 'verl==0.9.0'
+	touch $@
+
+test-verl-range: $(VERL_LOW_VENV)/.installed-stamp
+	$(call run_pytest,$(VERL_LOW_VENV)/bin/python,$(VERL_TESTS))
 
 test-skyrl: $(SKYRL_VENV)/.installed-stamp
 	$(call run_pytest,$(SKYRL_VENV)/bin/python,tests/test_skyrl.py)
@@ -162,5 +176,5 @@ bench-trl: $(TRL_VENV)/.installed-stamp
 	$(TRL_VENV)/bin/python benchmarks/rm_vs_trl.py --epochs 2 --rounds 2
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) $(SKYRL_VENV) $(WHEEL_VENV) $(MIN_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
+	rm -rf $(VENV) $(VERL_VENV) $(VERL_LOW_VENV) $(TRL_VENV) $(SKYRL_VENV) $(WHEEL_VENV) $(MIN_VENV) $(GPU_WHEELS) .venv-gpu dist .pytest_cache .hypothesis \
 		.ruff_cache .cache

@@ -15,7 +15,7 @@ from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
 
 from lmpo.integrations import verl as lmpo_verl  # noqa: E402
 from lmpo.losses import AGG_MODES, aggregate, default_aggregation, get_loss  # noqa: E402
-from tests.test_verl import actor_config, batch  # noqa: E402
+from tests.test_verl import actor_config, batch, verl_mode  # noqa: E402
 
 RTOL = 1e-10
 
@@ -196,11 +196,12 @@ def wide_batch(seed, b=8, t=9):
 def plugin_and_verl(name, cfg, mode, seed, with_weights):
     logp, old, adv, mask, w = wide_batch(seed)
     out = []
-    for fn_name in (f"lmpo_{name}", VERL_PEERS[name]):
+    for fn_name, fn_mode in ((f"lmpo_{name}", verl_mode(VERL_PEERS[name], mode)),
+                             (VERL_PEERS[name], mode)):
         lp = logp.clone().requires_grad_(True)
         torch.manual_seed(seed)  # Clip-Cov's random selection: the same draw for both
         loss = core_algos.get_policy_loss_fn(fn_name)(
-            old, lp, adv, mask, mode, cfg, rollout_is_weights=w if with_weights else None)[0]
+            old, lp, adv, mask, fn_mode, cfg, rollout_is_weights=w if with_weights else None)[0]
         out.append((loss, torch.autograd.grad(loss, lp)[0]))
     return out
 
