@@ -115,3 +115,10 @@ def test_a_run_dies_with_its_sweep(tiny_policy_dir, tmp_path):
     while alive(pid) and time.time() < deadline:
         time.sleep(0.2)
     assert not alive(pid), f"run {pid} outlived its sweep"
+
+
+def test_a_ray_task_asks_for_a_gpu_for_cuda_and_for_auto_on_a_node_with_one():
+    from lmpo.experiments.ray_launcher import gpus_for
+
+    assert [gpus_for(d, 0) for d in ("cuda", "auto", "cpu")] == [1, 0, 0]
+    assert [gpus_for(d, 8) for d in ("cuda", "auto", "cpu")] == [1, 1, 0]

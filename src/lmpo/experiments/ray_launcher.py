@@ -128,6 +128,13 @@ def run_command(command: list[str], log: str, env: dict, cwd: str, nice: int = 0
     return proc.wait()
 
 
+def gpus_for(device: str, node_gpus: int) -> int:
+    """The GPUs a run with `device` asks Ray for on a node with `node_gpus`: cuda one, auto
+    one where the node has any (elsewhere Ray hides the GPUs from the task and auto
+    resolves to the CPU), cpu none."""
+    return 1 if device == "cuda" or (device == "auto" and node_gpus >= 1) else 0
+
+
 @dataclass
 class Node:
     id: str
@@ -241,10 +248,8 @@ class RayPool:
 
         node = min((n for n in self.nodes.values() if len(n.busy) < self.jobs),
                    key=lambda n: (len(n.busy), n.host, n.id))
-        device = str(yaml.safe_load(Path(run.config).read_text()).get("device", "auto"))
-        # cuda asks for a GPU; auto takes one where the node has any (else Ray hides them
-        # and the run resolves auto to the CPU); cpu never does
-        gpus = 1 if device.startswith("cuda") or (device == "auto" and node.gpus >= 1) else 0
+        gpus = gpus_for(str(yaml.safe_load(Path(run.config).read_text()).get("device", "auto")),
+                        node.gpus)
         if gpus and node.gpus < 1:
             raise LmpoError(f"{run.name} asks for a GPU (device cuda) and node {node.host} "
                             "has none")
