@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.test_tutorial import commands, files  # noqa: E402 - the page, read as the test does
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import commit, machine  # noqa: E402
+
 
 def sums_data(folder: Path) -> None:
     """data/train.jsonl: a+b (a < 50, b < 20); data/tiered.jsonl: easy a+b (1 digit),
@@ -62,6 +65,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "experiments/results/tutorial_cost.json"))
     ap.add_argument("--keep", default=None, help="work in this folder and keep it")
+    ap.add_argument("--reuse-full", action="store_true",
+                    help="keep --out's projection of the full comparison; time the rest")
     args = ap.parse_args()
 
     from lmpo.models.convert import real_model
@@ -88,6 +93,13 @@ def main() -> int:
         timings.append({"command": command, "seconds": round(seconds, 1)})
         print(f"{seconds:8.1f} s  {command}", flush=True)
 
+    if args.reuse_full:
+        result = json.loads(Path(args.out).read_text())
+        result.update(commit=commit(), commands=timings, smoke_seconds=sum(
+            t["seconds"] for t in timings if "smoke" in t["command"]))
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print("smoke:", result["smoke_seconds"], "s")
+        return 0
     # the full comparison: seed 0 of each arm for 2 steps, then projected
     sample = [lmpo, "compare", "--config", "mine.yaml", "--out", "runs/mine-sample",
               "--seeds", "1", "--steps", "2"]
@@ -106,7 +118,7 @@ def main() -> int:
     eval_s = statistics.median(evals) if evals else None
     # a run's wall time less its steps and its two evaluations (the second in its rows, the
     # first, before step 1, taken to cost the same): its start, the warm-up, the save
-    per_run_overhead = (sample_s - sum(steps) - sum(evals)) / len(rows) - (eval_s or 0.0)
+    per_run_overhead = max(0.0, (sample_s - sum(steps) - sum(evals)) / len(rows) - (eval_s or 0.0))
     projected = n_runs * (spec["steps"] * step_s + n_evals * (eval_s or 0.0)
                           + per_run_overhead)
     result = {
@@ -119,9 +131,6 @@ def main() -> int:
                  "projected_hours": round(projected / 3600, 1)},
         "smoke_seconds": sum(t["seconds"] for t in timings if "smoke" in t["command"]),
     }
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import commit, machine
-
     result = {"command": "python experiments/tutorial_cost.py", "commit": commit(),
               "machine": machine(os.cpu_count() or 1)} | result
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
