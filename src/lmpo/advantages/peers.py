@@ -24,14 +24,20 @@ def _needs_lengths(g: Groups, name: str) -> torch.Tensor:
     return g.lengths
 
 
-def token_whiten(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """verl's masked_whiten of a per-token tensor that is constant along each response:
-    (x - mu) / sqrt(var + 1e-8), mu and var over tokens (x_i counted n_i times; the
-    unbiased var, N / (N - 1), N tokens), both means divided by (N + 1e-8) as verl's are.
-    A response of no tokens gets 0."""
+def token_whiten(x: torch.Tensor, lengths: torch.Tensor, *, nemo_rl: bool = False
+                 ) -> torch.Tensor:
+    """The whitening of a per-token tensor that is constant along each response, mu and var
+    over tokens (x_i counted n_i times). verl's masked_whiten (default): (x - mu) /
+    sqrt(var + 1e-8), the unbiased var (N / (N - 1), N tokens), both means divided by
+    (N + 1e-8), a response of no tokens 0. NeMo-RL's normalize_advantages (`nemo_rl`):
+    (x - mu) / sqrt(max(var, 1e-8)), the population var, both means divided by max(N, 1),
+    every response whitened."""
     n_tok = lengths.sum()
-    mu = (lengths * x).sum() / (n_tok + VERL_EPS)
-    var = (lengths * (x - mu) ** 2).sum() / (n_tok + VERL_EPS)
+    total = n_tok.clamp(min=1) if nemo_rl else n_tok + VERL_EPS
+    mu = (lengths * x).sum() / total
+    var = (lengths * (x - mu) ** 2).sum() / total
+    if nemo_rl:
+        return (x - mu) * torch.rsqrt(var.clamp(min=1e-8))
     var = var * n_tok / (n_tok - 1) if n_tok > 1 else var
     out = (x - mu) * torch.rsqrt(var + VERL_EPS)
     return torch.where(lengths > 0, out, torch.zeros_like(out))
@@ -170,10 +176,8 @@ class MaxRL(Estimator):
                              "tokens")
 class RawReward(Estimator):
     """A = s: no value model, no baseline (NeMo-RL's `RawRewardAdvantageEstimator`). With
-    `normalize` (its `normalize_advantages`), whitened over every valid token of the batch:
-    (s - mu) / sqrt(max(var, 1e-8)), mu and var the token-weighted mean and population
-    variance (NeMo-RL clamps the variance; verl's whitening adds 1e-8 and uses the unbiased
-    variance: `reinforce_plus_plus`)."""
+    `normalize` (its `normalize_advantages`), whitened over every valid token of the batch
+    by NeMo-RL's convention (`token_whiten`: the population variance, clamped)."""
 
     def __init__(self, *, normalize: bool = False):
         self.normalize = normalize
@@ -181,8 +185,4 @@ class RawReward(Estimator):
     def compute(self, g: Groups) -> torch.Tensor:
         if not self.normalize:
             return g.scores.clone()
-        n = _needs_lengths(g, "raw_reward")
-        total = n.sum().clamp(min=1)
-        mu = (n * g.scores).sum() / total
-        var = (n * (g.scores - mu) ** 2).sum() / total
-        return (g.scores - mu) * torch.rsqrt(var.clamp(min=1e-8))
+        return token_whiten(g.scores, _needs_lengths(g, "raw_reward"), nemo_rl=True)
