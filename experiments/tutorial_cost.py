@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.test_tutorial import commands, files  # noqa: E402 - the page, read as the test does
@@ -108,10 +110,7 @@ def main() -> int:
     rows = run_rows(work / "runs/mine-sample")
     steps = [r["time/step"] for run in rows.values() for r in run]
     evals = [r["time/eval"] for run in rows.values() for r in run if "time/eval" in r]
-    mine = {k: v for k, v in files().items() if k == "mine.yaml"}
-    import yaml
-
-    spec = yaml.safe_load(mine["mine.yaml"])
+    spec = yaml.safe_load(files()["mine.yaml"])
     n_runs = spec["seeds"] * len(spec["arms"])
     n_evals = spec["steps"] // spec["base"]["log"]["eval_every"] + 1  # before, then each
     step_s = statistics.median(steps)
