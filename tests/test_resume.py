@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -165,6 +166,35 @@ def test_checkpoint_rotation_keeps_the_newest(tmp_path):
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["ckpt-000004.pt", "ckpt-000004.pt.json", "ckpt-000005.pt",
                      "ckpt-000005.pt.json"]  # each with its size and checksum
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_a_checkpoint_write_waits_for_it_to_be_whole(tmp_path, monkeypatch, name):
+    """A signal that lands inside torch's zip writer would surface as its "unexpected pos"
+    RuntimeError and cost the checkpoint: it is held until the file is whole, then stops."""
+    from lmpo.errors import Interrupted, on_sigterm
+    from lmpo.trainer import checkpoint
+    sig = getattr(signal, name)
+    previous = {s: signal.signal(s, h) for s, h in ((signal.SIGTERM, on_sigterm),
+                                                   (signal.SIGINT, signal.default_int_handler))}
+    write, sent = checkpoint.FullWrites.write, []
+
+    def write_then_signal(self, data):
+        if not sent:
+            sent.append(sig)
+            os.kill(os.getpid(), sig)  # its handler runs here, inside torch's writer
+        return write(self, data)
+
+    monkeypatch.setattr(checkpoint.FullWrites, "write", write_then_signal)
+    try:
+        with pytest.raises(Interrupted if name == "SIGTERM" else KeyboardInterrupt):
+            save_checkpoint(tmp_path, 2, {"weights": torch.arange(300_000.0)})
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    assert sent and signal.getsignal(sig) is previous[sig]  # the handlers are put back
+    state = load_checkpoint(latest_checkpoint(tmp_path))
+    assert torch.equal(state["weights"], torch.arange(300_000.0))
 
 
 OLD_ESPO = {"enabled": True, "mode": "full", "warmup": False, "r_fail": -1.0, "beta": 0.05,

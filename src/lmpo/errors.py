@@ -62,3 +62,42 @@ class Interrupted(KeyboardInterrupt):
 
 def on_sigterm(signum, frame):
     raise Interrupted(f"signal {signum}")
+
+
+class deferred_stops:
+    """Hold Ctrl-C and SIGTERM while a short write finishes, then stop as they asked.
+
+    torch's zip writer turns an exception raised inside its write callback (where Python
+    delivers a signal) into a RuntimeError ("unexpected pos"), so a stop that lands mid-
+    checkpoint would read as a failed write and lose the checkpoint. Inside this block the
+    two signals are only recorded; on leaving it the previous handlers are put back and the
+    first recorded signal is delivered to them (raising KeyboardInterrupt or `Interrupted`).
+    Outside the main thread, where handlers cannot be set, it does nothing."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __enter__(self):
+        import signal
+        import threading
+        self.previous, self.caught = {}, []
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self.previous[sig] = signal.signal(sig, lambda s, f: self.caught.append(s))
+        return self
+
+    def __exit__(self, *exc_info):
+        import os
+        import signal
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        if not self.caught or exc_info[0] is not None:
+            return False
+        sig = self.caught[0]
+        handler = self.previous[sig]
+        if callable(handler):
+            handler(sig, None)  # raises, as it would have mid-write
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)  # the default action, now that the write is whole
+        return False

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from lmpo.atomic import write_text
-from lmpo.errors import LmpoError, RunError
+from lmpo.errors import LmpoError, RunError, deferred_stops
 from lmpo.faults import crash_point
 
 PLAIN = (str, int, float, bool, type(None), torch.Tensor)
@@ -130,28 +130,29 @@ def save_checkpoint(run_dir: Path, step: int, state: dict, keep: int = 2) -> Pat
     final = folder / f"ckpt-{step:06d}.pt"
     tmp = folder / f".{final.name}.tmp"
     sink = None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb", buffering=0) as raw:
-            sink = FullWrites(raw)
-            torch.save(state, sink)
-            os.fsync(raw.fileno())
-        size, sha = file_digest(tmp)
-        crash_point("mid_checkpoint", step)
-        write_text(manifest_path(final), json.dumps({"size": size, "sha256": sha}) + "\n")
-        os.replace(tmp, final)
-        _fsync_dir(folder)
-    except (OSError, RuntimeError) as exc:
-        tmp.unlink(missing_ok=True)
-        if not final.exists():
-            manifest_path(final).unlink(missing_ok=True)
-        raise CheckpointWriteError(
-            f"could not write checkpoint {final}: "
-            f"{write_cause(exc, sink and sink.error, folder)}; nothing half-written was kept, "
-            f"so {resume_hint(run_dir)}") from None
-    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-        old.unlink(missing_ok=True)
-        manifest_path(old).unlink(missing_ok=True)
+    with deferred_stops():  # a stop mid-write waits for the checkpoint to be whole
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb", buffering=0) as raw:
+                sink = FullWrites(raw)
+                torch.save(state, sink)
+                os.fsync(raw.fileno())
+            size, sha = file_digest(tmp)
+            crash_point("mid_checkpoint", step)
+            write_text(manifest_path(final), json.dumps({"size": size, "sha256": sha}) + "\n")
+            os.replace(tmp, final)
+            _fsync_dir(folder)
+        except (OSError, RuntimeError) as exc:
+            tmp.unlink(missing_ok=True)
+            if not final.exists():
+                manifest_path(final).unlink(missing_ok=True)
+            raise CheckpointWriteError(
+                f"could not write checkpoint {final}: "
+                f"{write_cause(exc, sink and sink.error, folder)}; nothing half-written was kept, "
+                f"so {resume_hint(run_dir)}") from None
+        for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+            old.unlink(missing_ok=True)
+            manifest_path(old).unlink(missing_ok=True)
     return final
 
 
