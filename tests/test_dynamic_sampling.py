@@ -125,12 +125,31 @@ def test_entropy_covers_every_generated_sample_and_the_kept_subset_has_its_own(s
             "log.eval_every=1000", "log.eval_per_tier=4", "log.tensorboard=false"]
             if preset == "dapo" else [f"policy={sft_run[0]}", "steps=3",
                                       "log.eval_every=1000", "log.eval_per_tier=4",
-                                      "log.tensorboard=false"])
+                                      "log.tensorboard=false", "log.entropy_head_tokens=999"])
         train(cfg, tmp_path / name, progress=False)
         rows[name] = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").open()]
     for r in rows["grpo"]:
         assert r["policy/entropy"] == pytest.approx(r["policy/entropy_kept"], rel=1e-6)
         assert r["data/update_share"] == 1.0
+        assert r["policy/entropy_head"] == r["policy/entropy"]  # k beyond every response
+    assert all("policy/entropy_head" not in r for r in rows["dapo"])  # k = 0: not logged
     assert any(abs(r["policy/entropy"] - r["policy/entropy_kept"]) > 1e-4
                for r in rows["dapo"])
     assert all(r["data/update_share"] < 1.0 for r in rows["dapo"] if r["data/groups_dropped"])
+
+
+def test_the_head_entropy_reads_each_responses_first_k_tokens():
+    """By hand: two responses of 3 and 1 tokens; k = 2 takes tokens (0.9, 0.5) of the first
+    and (0.2) of the second: mean 1.6 / 3."""
+    from types import SimpleNamespace
+
+    from lmpo.trainer.stages import population_metrics
+    ent = torch.tensor([[0.9, 0.5, 0.1], [0.2, 7.0, 7.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    scored = SimpleNamespace(rollout=SimpleNamespace(entropy=ent, response_mask=mask),
+                             generated=2)
+    keep = torch.tensor([0, 1])
+    row = population_metrics(scored, keep, None, head_tokens=2)
+    assert row["policy/entropy_head"] == pytest.approx(1.6 / 3, abs=1e-15)
+    assert row["policy/entropy"] == pytest.approx(1.7 / 4, abs=1e-15)
+    assert "policy/entropy_head" not in population_metrics(scored, keep, None)

@@ -116,7 +116,8 @@ def train_step(step: int, run: Run) -> dict:
                                     differs=rt.rollout_model.differs, correction=parts.correction,
                                     paths=rt.path_stats)
     batch.keep, kept = rt.filter.select(scored)
-    row |= anchors | kept | population_metrics(scored, batch.keep, batch.pre_entropy)
+    row |= anchors | kept | population_metrics(
+        scored, batch.keep, batch.pre_entropy, cfg.log.entropy_head_tokens)
     # ================================================================ advantages
     row |= parts.advantages(state, batch, scored, cfg) | update_advantage_size(batch)
     observers = state.observers  # same-batch comparators (log.comparators), ...

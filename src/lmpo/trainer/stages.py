@@ -218,19 +218,27 @@ def after_update(step: int, cfg, state, parts, batch: TrainBatch) -> dict:
     return row
 
 
-def population_metrics(scored: Scored, keep: torch.Tensor, entropy_tokens) -> dict:
+def population_metrics(scored: Scored, keep: torch.Tensor, entropy_tokens,
+                       head_tokens: int = 0) -> dict:
     """What arms compare, over every generated sample: `policy/entropy`, the token-mean
     entropy at the sampling temperature of the float32 policy the update starts from (the
     sampler's, or for a low-precision rollout a float32 pass's, `entropy_tokens`), and the
     share of generated samples that enter the update. The kept subset's entropy has its own
-    name, `policy/entropy_kept` (equal to `policy/entropy` where no filter drops samples)."""
+    name, `policy/entropy_kept` (equal to `policy/entropy` where no filter drops samples).
+    With `head_tokens` k > 0 (log.entropy_head_tokens), `policy/entropy_head`: the same
+    token mean over each response's first k tokens only, a reading that does not move when
+    responses shorten (the late, low-entropy tokens of a long answer leave the mean)."""
     rollout = scored.rollout
     ent = entropy_tokens if entropy_tokens is not None else rollout.entropy
     ent, mask = ent.to(rollout.response_mask.device), rollout.response_mask
     keep = keep.to(mask.device)
-    return {"policy/entropy": float(masked_mean(ent, mask)),
-            "policy/entropy_kept": float(masked_mean(ent[keep], mask[keep])),
-            "data/update_share": len(keep) / max(scored.generated, 1)}
+    row = {"policy/entropy": float(masked_mean(ent, mask)),
+           "policy/entropy_kept": float(masked_mean(ent[keep], mask[keep])),
+           "data/update_share": len(keep) / max(scored.generated, 1)}
+    if head_tokens > 0:
+        row["policy/entropy_head"] = float(masked_mean(ent[:, :head_tokens],
+                                                       mask[:, :head_tokens]))
+    return row
 
 
 def step_metrics(state, scored: Scored, lr: float) -> dict:

@@ -317,6 +317,8 @@ class LogConfig:
     eval_samples: int = dom(1, "int [1, inf)")
     checkpoint_every: int = dom(10, "int [1, inf)")
     keep_checkpoints: int = 2
+    entropy_head_tokens: int = dom(0, "int [0, inf)")
+    """k > 0: log policy/entropy_head, the entropy over each response's first k tokens."""
     policy_kl_every: int = dom(5, "int [1, inf)")
     """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies (float32,
     before and after the update), the rollout's log-prob mismatch and the post-update
