@@ -226,8 +226,9 @@ def population_metrics(scored: Scored, keep: torch.Tensor, entropy_tokens,
     share of generated samples that enter the update. The kept subset's entropy has its own
     name, `policy/entropy_kept` (equal to `policy/entropy` where no filter drops samples).
     With `head_tokens` k > 0 (log.entropy_head_tokens), `policy/entropy_head`: the same
-    token mean over each response's first k tokens only, a reading that does not move when
-    responses shorten (the late, low-entropy tokens of a long answer leave the mean)."""
+    token mean over each response's first k tokens only: where early and late tokens
+    differ in entropy, the full mean moves with response length, and this one does not
+    (for responses of at least k tokens)."""
     rollout = scored.rollout
     ent = entropy_tokens if entropy_tokens is not None else rollout.entropy
     ent, mask = ent.to(rollout.response_mask.device), rollout.response_mask
