@@ -8,6 +8,10 @@ used, nothing was done; 1: the run started and stopped, the message says how to 
 Anything else is a bug in lmpo and keeps its traceback.
 """
 
+import os
+import signal
+import threading
+
 
 class LmpoError(Exception):
     """An error whose message is the whole story: it names what to fix."""
@@ -77,8 +81,6 @@ class deferred_stops:
     SIGNALS = ("SIGINT", "SIGTERM")
 
     def __enter__(self):
-        import signal
-        import threading
         self.previous, self.caught = {}, []
         if threading.current_thread() is not threading.main_thread():
             return self
@@ -88,8 +90,6 @@ class deferred_stops:
         return self
 
     def __exit__(self, *exc_info):
-        import os
-        import signal
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         if not self.caught or exc_info[0] is not None:
