@@ -1,4 +1,4 @@
-"""The train config's fields declare their domains (`lmpo.trainer.train_config.dom`):
+"""The train config's fields declare their domains (`lmpo.domains.dom`):
 every such field refuses a value outside it in one line naming the key, and accepts its
 default; validation keeps only the joint rules (tests/test_trainer.py has those)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _INTERVAL = re.compile(r"^(int\s+)?([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])$")
 
@@ -86,3 +86,9 @@ def parse(spec: str) -> Domain:
     is_int, lo_b, lo, hi, hi_b = m.groups()
     return Domain(spec, "int" if is_int else "real", optional, _bound(lo), _bound(hi),
                   lo_b == "[", hi_b == "]")
+
+
+def dom(default, domain: str):
+    """A field with its domain (`lmpo.domains` syntax), checked by validation
+    (`lmpo.trainer.validate.check_domains`) with one line naming the key."""
+    return field(default=default, metadata={"domain": domain})

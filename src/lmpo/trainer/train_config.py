@@ -27,18 +27,14 @@ from lmpo.choices import (
     one_of,
 )
 from lmpo.config import ConfigError, flat_config
+from lmpo.domains import dom
 from lmpo.legacy import replaced
 from lmpo.masked import ALL_AGG_MODES
 from lmpo.registry import DEFAULT_CONTROLLER, DEFAULT_ESTIMATOR, DEFAULT_LOSS
+from lmpo.trainer.log_config import LogConfig
 from lmpo.trainer.parts import needs_critic
 from lmpo.trainer.testbed_keys import check_testbed_keys
 from lmpo.trainer.validate import validate
-
-
-def dom(default, domain: str):
-    """A field with its domain (`lmpo.domains` syntax), checked by validation
-    (`lmpo.trainer.validate.check_domains`) with one line naming the key."""
-    return field(default=default, metadata={"domain": domain})
 
 
 @dataclass
@@ -302,44 +298,6 @@ class ControllerConfig:
     """Any name from lmpo.rollout.list_controllers() (by default one that stops nothing)."""
     hparams: dict[str, Any] = field(default_factory=dict)
     """The controller's hyper-parameters (lmpo.rollout.controller_hparams(name))."""
-
-
-@dataclass
-class LogConfig:
-    replaced_keys: ClassVar[dict[str, str]] = replaced("log")
-    eval_every: int = dom(10, "int [1, inf)")
-    """Held-out evaluation every N steps (and before the first and after the last)."""
-    eval_per_tier: int = dom(100, "int [1, inf)")
-    """Held-out problems per tier (fewer where a tier has too few distinct problems)."""
-    eval_max_new_tokens: int = dom(32, "int [1, inf)")
-    eval_temperature: float = dom(0.0, "[0, inf)")
-    """0 = greedy; > 0 samples `eval_samples` completions per problem (accuracy = mean@k)."""
-    eval_samples: int = dom(1, "int [1, inf)")
-    checkpoint_every: int = dom(10, "int [1, inf)")
-    keep_checkpoints: int = 2
-    entropy_head_tokens: int = dom(0, "int [0, inf)")
-    """k > 0: log policy/entropy_head, the entropy over each response's first k tokens."""
-    policy_kl_every: int = dom(5, "int [1, inf)")
-    """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies (float32,
-    before and after the update), the rollout's log-prob mismatch and the post-update
-    diag/*_after diagnostics (one extra forward pass over the batch each)."""
-    tensorboard: bool = True
-    wandb: dict[str, Any] | None = None
-    """Weights & Biases next to TensorBoard: {project, mode (offline by default), dir, name,
-    entity, tags} (lmpo.trainer.trackers); None = off."""
-    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Parameters of the post-update diagnostics (lmpo.losses.diagnostics), by name: these
-    override the loss's own hyper-parameter and the diagnostic's default."""
-    comparators: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Same-batch comparators (lmpo.trainer.shadow), by name: {loss: {name, hparams, agg},
-    advantage: {name, hparams}, controller: {name, hparams}}, each part left out being the
-    run's own. Evaluated on every minibatch without changing the update; logs
-    shadow/<name>/weight_tv, weight_cos, adv_tv (an estimator), stop_diff (a controller).
-    `lmpo compare` gives each arm of a two-arm claim the other arm's parts."""
-    shadow_grad_cos: bool = False
-    """With comparators: on diagnostic steps, also the cosine of the two parameter gradients
-    of the policy-loss term, per minibatch (shadow/<name>/grad_cos; per micro-batch one
-    extra backward pass per comparator and one for the run's own term)."""
 
 
 @dataclass

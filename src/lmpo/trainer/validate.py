@@ -69,7 +69,7 @@ def check_names(cfg) -> None:
 
 
 def check_domains(section, prefix: str = "") -> None:
-    """Every field that declares a domain (`lmpo.trainer.train_config.dom`) holds a value in
+    """Every field that declares a domain (`lmpo.domains.dom`) holds a value in
     it; the first that does not fails in one line naming the key."""
     for f in dataclasses.fields(section):
         value, key = getattr(section, f.name), prefix + f.name
