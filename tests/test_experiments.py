@@ -158,6 +158,31 @@ def test_malformed_experiment_files_are_clear_errors(data, msg):
         parse_experiment(data, "x", "x.yaml")
 
 
+def test_a_claim_declared_descriptive_has_its_own_family():
+    """Headline (primary), secondary (the rest) and descriptive (declared so): the role each
+    expanded claim carries, which decides its Holm family and whether a sequential sweep
+    waits for it; a claim cannot be both primary and descriptive."""
+    claim = {"kind": "direction", "metric": "m", "arms": ["a", "b"], "expect": "greater",
+             "sentence": "s"}
+    data = {"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}, "steps": 2,
+            "differs_in": ["loss"], "claims": [claim | {"primary": True}, claim,
+                                                claim | {"descriptive": True}]}
+    roles = [c["role"] for c in parse_experiment(data, "x", "x.yaml").expand().claims]
+    assert roles == ["headline", "secondary", "descriptive"]
+    data["claims"] = [claim | {"descriptive": True}]  # no primaries: still descriptive
+    assert [c["role"] for c in parse_experiment(data, "x", "x.yaml").expand().claims] == [
+        "descriptive"]
+    data["seeds"] = {"first": 0, "start": 3, "max": 6, "step": 3}
+    with pytest.raises(ConfigError, match="every claim here is descriptive"):
+        parse_experiment(data, "x", "x.yaml")  # nothing for the looks to decide
+    data["seeds"] = [0, 1]
+    for bad, msg in [({"descriptive": True, "primary": True}, "not both"),
+                     ({"descriptive": "yes"}, "descriptive must be true or false")]:
+        data["claims"] = [claim | bad]
+        with pytest.raises(ConfigError, match=msg):
+            parse_experiment(data, "x", "x.yaml")
+
+
 # ---------------------------------------------------------------- sweeps
 def numbers(out: Path) -> dict:
     r = json.loads((out / "report.json").read_text())

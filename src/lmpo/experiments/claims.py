@@ -42,7 +42,7 @@ from lmpo.experiments.stats import (
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
             "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary", "x",
-            "matched"}
+            "matched", "descriptive"}
 
 
 def mediators(claim: dict) -> list[str]:
@@ -186,8 +186,12 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):
         raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
-    if "primary" in claim and not isinstance(claim["primary"], bool):
-        raise ConfigError(f"{where}: primary must be true or false")
+    for key in ("primary", "descriptive"):
+        if key in claim and not isinstance(claim[key], bool):
+            raise ConfigError(f"{where}: {key} must be true or false")
+    if claim.get("primary") and claim.get("descriptive"):
+        raise ConfigError(f"{where}: a claim is primary (the headline family) or descriptive "
+                          "(reported beside it, its own family), not both")
     for i, entry in enumerate(claim.get("engaged", [])):
         at = f"{where}: engaged[{i}]"
         if not isinstance(entry, dict) or not {"arm", "metric"} <= set(entry):

@@ -220,9 +220,12 @@ def sequential_design(value, claims: list, where: str, conditions=None) -> dict 
         at = c.get("at", "all")
         return not levels or at == "all" or levels[0] in ([at] if isinstance(at, str) else at)
 
-    bad = [i for i, c in enumerate(claims) if isinstance(c, dict)
-           and (c.get("primary") or not primaries) and at_l0(c)
-           and c.get("kind") in ("equivalence", "spread")]
+    heads = [i for i, c in enumerate(claims) if isinstance(c, dict) and at_l0(c)
+             and (c.get("primary") or not primaries) and not c.get("descriptive")]
+    if not heads:
+        raise ConfigError(f"{where}: sequential seeds decide headline claims, and every "
+                          "claim here is descriptive: give a fixed seed list")
+    bad = [i for i in heads if claims[i].get("kind") in ("equivalence", "spread")]
     if bad:
         raise ConfigError(f"{where}: sequential seeds decide headline claims by a paired t "
                           f"test; claims {bad} (equivalence, spread) cannot be headline claims "

@@ -146,8 +146,9 @@ class Experiment:
         """The experiment as its runs see it: arms x levels as arms `arm@level` (the level's
         overrides over the arm's), and claims one per level they are judged at (each with
         `level` and `role`: headline at L0, or everywhere without conditions; descriptive at
-        other levels; secondary where the experiment declares primary claims and this is
-        not one); a dose_response claim keeps its arms and gains `by_level`."""
+        other levels and wherever the claim says `descriptive: true`; secondary where the
+        experiment declares primary claims and this is not one); a dose_response claim
+        keeps its arms and gains `by_level`."""
         if self.flat:
             return self
         names = level_names(self.conditions) or [None]
@@ -160,12 +161,14 @@ class Experiment:
         for i, claim in enumerate(self.claims):
             shared = self.shared_levels(claim_arms(claim))
             if claim["kind"] == "dose_response":
-                claims.append(claim | {"index": i, "level": None, "role": "headline" if (
+                claims.append(claim | {"index": i, "level": None, "role": "descriptive" if
+                    claim.get("descriptive") else "headline" if (
                     claim.get("primary") or not primaries) else "secondary", "by_level": {
                     lv: [run_arm(a, lv) for a in claim["arms"]] for lv in shared}})
                 continue
             for lv in self.claim_levels(claim, f"claims[{i}]"):
-                role = "descriptive" if lv not in (None, names[0]) else \
+                role = "descriptive" if claim.get("descriptive") or lv not in (
+                    None, names[0]) else \
                     "secondary" if primaries and not claim.get("primary") else "headline"
                 extra = {"comparator": run_arm(claim["comparator"], lv)} \
                     if "comparator" in claim else {}
