@@ -382,6 +382,42 @@ def test_warm_starts_are_built_once_before_the_runs_and_a_bad_policy_is_left_to_
     assert asked == ["nano-chain-sum", "missing"]  # once each, finished runs' not at all
 
 
+def test_a_sweep_pins_its_warm_starts_and_its_runs_use_the_pinned_copy(tmp_path, monkeypatch):
+    """The first look copies the cached warm start into the sweep's warmstarts/ (without the
+    cache folder's path); a later look on a machine whose cache holds other weights (SFT on
+    another CPU ends elsewhere) keeps the pinned copy, which resolve_policy returns under
+    LMPO_WARMSTARTS; without it, the cache's."""
+    import lmpo.warmstart as ws
+
+    built = []
+
+    def cached(name, **kwargs):  # each call: another machine's build of the same preset
+        built.append(name)
+        folder = tmp_path / f"cache{len(built)}" / name
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(bytes([len(built)]) * 8)
+        (folder / "sft_config.yaml").write_text("task: chain_sum\nout: /a/cache/folder\n")
+        return folder
+
+    monkeypatch.setattr(ws, "cached_policy", cached)
+    monkeypatch.delenv(ws.PINNED_ENV, raising=False)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"policy": "nano-chain-sum"}))
+    runs = [Run("a", 0, config, tmp_path / "r", tmp_path / "r.log", "pending")]
+    out = tmp_path / "sweep"
+    prebuild(runs, out)
+    pinned = out / "warmstarts" / "nano-chain-sum"
+    assert (pinned / "model.safetensors").read_bytes() == bytes([1]) * 8
+    assert (pinned / "sft_config.yaml").read_text() == "task: chain_sum\n"
+    prebuild(runs, out)  # the next look: nothing rebuilt, the pin kept
+    assert built == ["nano-chain-sum"]
+    monkeypatch.setenv(ws.PINNED_ENV, str(out / "warmstarts"))
+    assert ws.resolve_policy("nano-chain-sum") == pinned
+    monkeypatch.delenv(ws.PINNED_ENV)
+    assert ws.resolve_policy("nano-chain-sum").parent.name == "cache2"
+
+
 def test_list_prints_each_runs_command_in_start_order(tiny_policy_dir, tmp_path, capsys):
     exp = experiment(tmp_path, tiny_policy_dir)
     assert compare(exp, tmp_path / "out", list_only=True) == 0

@@ -79,7 +79,7 @@ def test_the_overhead_benchmark_runs_and_compares_the_rows(tmp_path):
                for p in result["process"].values()) or "OMP_NUM_THREADS" in os.environ
 
 
-def test_a_run_s_environment_is_the_worker_s_with_the_driver_s_thread_settings():
+def test_a_run_s_environment_is_the_worker_s_with_the_driver_s_thread_settings(monkeypatch):
     worker = {"PATH": "/node/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "4",
               "LMPO_PATH_MAP": "/a=/b", "HOME": "/root"}
     sent = {"KMP_WARNINGS": "0", "LMPO_LEASE": "3", "PYTHONUNBUFFERED": "1"}
@@ -87,6 +87,9 @@ def test_a_run_s_environment_is_the_worker_s_with_the_driver_s_thread_settings()
                                      "HOME": "/root", "KMP_WARNINGS": "0",
                                      "LMPO_LEASE": "3", "PYTHONUNBUFFERED": "1"}
     assert run_env(worker, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"
+    monkeypatch.setenv("LMPO_PATH_MAP", "/driver=/node")  # the sweep's pinned warm starts,
+    sent = {"LMPO_WARMSTARTS": "/driver/sweep/warmstarts"}  # as the node sees the folder
+    assert run_env(worker, sent)["LMPO_WARMSTARTS"] == "/node/sweep/warmstarts"
 
 
 def may_lower_niceness() -> bool:

@@ -148,7 +148,7 @@ def test_compare_adds_blocks_until_the_headline_claim_is_decided(
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     monkeypatch.setattr(sweep, "execute", fake_execute(effect))
-    monkeypatch.setattr(sweep, "prebuild", lambda runs: None)
+    monkeypatch.setattr(sweep, "prebuild", lambda runs, out=None: None)
     out = tmp_path / "sweep"
     assert sweep.compare(load_experiment(path), out, live=False) == 0
     assert sorted(p.name for p in (out / "runs" / "a").iterdir()) == [

@@ -6,16 +6,64 @@ cache, `$LMPO_HOME/policies/<name>-<key>/`, keyed by everything that determines 
 Concurrent first uses (two runs of a sweep) build it once. A path to a Hugging Face
 folder is used as it is; a packaged real model's name (`smollm2-135m-instruct`) is
 converted once into `$LMPO_HOME/models/` (`lmpo.models.convert`).
+
+A warm start is the same on every machine only up to floating point: 800 SFT steps on
+another CPU's kernels end at other weights (the nano warm starts' held-out accuracy
+differs by about a point between an Intel Xeon and an AMD EPYC). A sweep that spans
+machines therefore pins its warm starts: `lmpo compare` copies each one its runs start
+from into the sweep's `warmstarts/<name>/` on first use and points its runs there through
+`LMPO_WARMSTARTS`, which `resolve_policy` reads before the cache.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from lmpo import presets
 from lmpo.cache import build_once, cache_key, lmpo_home
 from lmpo.devices import resolved_name
 from lmpo.errors import ConfigError
+
+PINNED_ENV = "LMPO_WARMSTARTS"  # a folder of pinned warm starts, <name>/ each
+
+
+def is_preset(spec: str) -> bool:
+    """Whether `spec` names an SFT warm-start preset (not a folder, not a packaged model)."""
+    from lmpo.models.convert import REAL_MODELS
+
+    return (spec not in REAL_MODELS and not presets.looks_like_file(spec)
+            and not Path(spec).expanduser().exists() and presets.find(spec, "sft") is not None)
+
+
+def pinned_policy(name: str) -> Path | None:
+    """The pinned copy of warm start `name` under `$LMPO_WARMSTARTS`, if there is one."""
+    root = os.environ.get(PINNED_ENV)
+    folder = Path(root) / name if root else None
+    return folder if folder is not None and (folder / "config.json").is_file() else None
+
+
+def pin(name: str, root: Path) -> Path:
+    """`root/name`: warm start `name` as this sweep's runs use it, copied from the cache
+    (built first if missing) unless the sweep pinned it already."""
+    final = root / name
+    if (final / "config.json").is_file():
+        return final
+    source = cached_policy(name)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    try:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        config = tmp / "sft_config.yaml"  # without the cache folder it was built in
+        if config.is_file():
+            config.write_text("".join(line for line in config.read_text().splitlines(True)
+                                      if not line.startswith("out:")))
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def sft_config(name: str, sft_overrides: tuple[str, ...] = ()):
@@ -54,7 +102,8 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
                           f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
                           f"nor a warm-start preset; warm-start presets: "
                           f"{', '.join(presets.names('sft'))}")
-    return cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
+    pinned = None if sft_overrides else pinned_policy(spec)
+    return pinned or cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
 
 
 def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()

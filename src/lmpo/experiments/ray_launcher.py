@@ -107,8 +107,13 @@ def run_env(worker: dict, sent: dict) -> dict:
     """The run's environment on a node: the worker's, less the thread settings the driver's
     shell did not have (Ray's `OMP_NUM_THREADS`), plus what the driver sent (its thread
     settings, `LMPO_*` and the few variables in FORWARDED)."""
+    from lmpo.warmstart import PINNED_ENV
+
     drop = thread_env(worker)
-    return {k: v for k, v in worker.items() if k not in drop} | sent
+    env = {k: v for k, v in worker.items() if k not in drop} | sent
+    if PINNED_ENV in env:  # the sweep's pinned warm starts, as this node sees its folder
+        env[PINNED_ENV] = node_path(env[PINNED_ENV])
+    return env
 
 
 def run_command(command: list[str], log: str, env: dict, cwd: str, nice: int = 0) -> int:

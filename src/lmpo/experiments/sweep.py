@@ -44,6 +44,8 @@ from lmpo.experiments.upfront import check_experiment
 from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
 
+WARMSTARTS = "warmstarts"  # the sweep's pinned warm starts (lmpo.warmstart.pin)
+
 
 @dataclass
 class Run:
@@ -216,7 +218,9 @@ def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = T
     record = {"started": started, "wall_s": None, **pool.describe(), "status": "interrupted"}
     write_text(history, json.dumps([*past, record], indent=2) + "\n")  # None if killed
     show = live and console.is_terminal
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    from lmpo.warmstart import PINNED_ENV
+
+    env = os.environ | {"PYTHONUNBUFFERED": "1", PINNED_ENV: str((out / WARMSTARTS).absolute())}
     last_rows, shown_at = LastRows(), 0.0
 
     def say(line: str) -> None:
@@ -305,17 +309,22 @@ def next_look(exp: Experiment, out: Path) -> list[int] | None:
     return all_seeds(exp.design)[:decision["next"]]
 
 
-def prebuild(runs: list[Run]) -> None:
+def prebuild(runs: list[Run], out: Path | None = None) -> None:
     """Build the warm-start policies (and convert the packaged models) that the pending runs
     start from, once, before any starts: a run would build it on its share of the cores
-    while the others wait. A policy that cannot be resolved is left to its runs, which
+    while the others wait. With `out`, each warm-start preset is pinned in
+    `out/warmstarts/<name>/` (the first build's copy, kept for every later look and
+    machine: `lmpo.warmstart`). A policy that cannot be resolved is left to its runs, which
     fail with the error while the other arms go on."""
-    from lmpo.warmstart import resolve_policy
+    from lmpo.warmstart import is_preset, pin, resolve_policy
 
     pending = [r for r in runs if r.status == "pending"]
     for policy in dict.fromkeys(yaml.safe_load(r.config.read_text())["policy"] for r in pending):
         try:
-            resolve_policy(policy)
+            if out is not None and is_preset(policy):
+                pin(policy, out / WARMSTARTS)
+            else:
+                resolve_policy(policy)
         except LmpoError:
             continue
 
@@ -357,7 +366,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                       "`lmpo compare` after judging each look")
             return 0
         while True:
-            prebuild(runs)
+            prebuild(runs, out)
             if launcher_name == "ray":
                 from lmpo.experiments.ray_launcher import RayPool
 
