@@ -81,6 +81,13 @@ MATCHED["drpo4"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high"
 MATCHED["output_reset_rlhf4"] = {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                                  "loss.hparams.eps_low", "loss.hparams.eps_high"}
 MATCHED["output_reset_long4"] = (MATCHED["output_reset"] - {"optim.epochs", "optim.lr"})
+# ESPO's fourth edition: PPO with or without a stopping controller (ESPO's or random
+# stops at its savings, variant F), whose own settings are what differ
+MATCHED["espo4"] = MATCHED["espo"] | {"controller.hparams.savings"}
+# The real model's editions: CE-GPPO's betas; DRPO's loss along the precision axis
+MATCHED["real_cegppo4"] = MATCHED["real_cegppo"]
+MATCHED["real_drpo4"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
+                         "loss.hparams.delta", "rollout.dtype", "rollout.bf16_boundary"}
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
@@ -105,7 +112,11 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
                    ("drpo", "drpo_rc", ("rollout.old_logp",)), ("grpo", "grpo_premise", ())],
          "output_reset_rlhf4": [("ppo_clip", "ppo_or", LOSS),
                                 ("ppo_clip", "ppo_clip_premise", ())],
-         "output_reset_long4": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)]}
+         "output_reset_long4": [("grpo", "grpo_or", LOSS), ("ppo_clip", "ppo_or", LOSS)],
+         "espo4": [("espo", "espo_no_rfail", ("controller.hparams.",)),
+                   ("ppo", "espo", ("controller.",)), ("espo", "espo_f", ("controller.",))],
+         "real_cegppo4": [("grpo", "cegppo", LOSS), ("grpo", "grpo_premise", ())],
+         "real_drpo4": [("grpo", "drpo", LOSS), ("grpo", "grpo_premise", ())]}
 
 
 def test_every_experiment_is_listed_here():
