@@ -97,7 +97,7 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
         return path
     if spec in REAL_MODELS:
         return real_model(spec)
-    if presets.looks_like_file(spec) or path.exists() or presets.find(spec, "sft") is None:
+    if not is_preset(spec):
         raise ConfigError(f"policy {spec!r} is neither a Hugging Face model folder (no "
                           f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
                           f"nor a warm-start preset; warm-start presets: "

@@ -45,6 +45,16 @@ OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engag
             "matched", "descriptive"}
 
 
+def claim_role(claim: dict, primaries: bool, at_l0: bool = True) -> str:
+    """The Holm family of a claim judged at L0 (`at_l0`, or an experiment without
+    conditions) or at another level: descriptive where it says so or away from L0;
+    secondary where the experiment declares primary claims (`primaries`) and this is not
+    one; else headline (the family a sequential design decides)."""
+    if claim.get("descriptive") or not at_l0:
+        return "descriptive"
+    return "secondary" if primaries and not claim.get("primary") else "headline"
+
+
 def mediators(claim: dict) -> list[str]:
     """The claim's declared mediators (`mediators`, or its alias `expects`; an old name of
     a quantity read as today's)."""

@@ -39,6 +39,7 @@ import numpy as np
 from scipy import stats as sps
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.claims import claim_role
 from lmpo.experiments.stats import ALPHA
 
 KEYS = {"first", "start", "max", "step"}
@@ -220,8 +221,8 @@ def sequential_design(value, claims: list, where: str, conditions=None) -> dict 
         at = c.get("at", "all")
         return not levels or at == "all" or levels[0] in ([at] if isinstance(at, str) else at)
 
-    heads = [i for i, c in enumerate(claims) if isinstance(c, dict) and at_l0(c)
-             and (c.get("primary") or not primaries) and not c.get("descriptive")]
+    heads = [i for i, c in enumerate(claims) if isinstance(c, dict)
+             and claim_role(c, primaries, at_l0(c)) == "headline"]
     if not heads:
         raise ConfigError(f"{where}: sequential seeds decide headline claims, and every "
                           "claim here is descriptive: give a fixed seed list")

@@ -39,6 +39,7 @@ from pathlib import Path
 from lmpo import presets
 from lmpo.config import build, flat_config, flatten, merge, own_keys, read_layers, read_yaml
 from lmpo.errors import ConfigError
+from lmpo.experiments.claims import claim_role
 from lmpo.experiments.conditions import (
     check_conditions,
     claim_levels,
@@ -161,15 +162,12 @@ class Experiment:
         for i, claim in enumerate(self.claims):
             shared = self.shared_levels(claim_arms(claim))
             if claim["kind"] == "dose_response":
-                claims.append(claim | {"index": i, "level": None, "role": "descriptive" if
-                    claim.get("descriptive") else "headline" if (
-                    claim.get("primary") or not primaries) else "secondary", "by_level": {
+                claims.append(claim | {"index": i, "level": None, "role": claim_role(
+                    claim, primaries), "by_level": {
                     lv: [run_arm(a, lv) for a in claim["arms"]] for lv in shared}})
                 continue
             for lv in self.claim_levels(claim, f"claims[{i}]"):
-                role = "descriptive" if claim.get("descriptive") or lv not in (
-                    None, names[0]) else \
-                    "secondary" if primaries and not claim.get("primary") else "headline"
+                role = claim_role(claim, primaries, lv in (None, names[0]))
                 extra = {"comparator": run_arm(claim["comparator"], lv)} \
                     if "comparator" in claim else {}
                 claims.append(claim | extra | {
