@@ -68,6 +68,29 @@ def test_engagement_reads_the_claims_own_window():
     assert window({"reduce": "final"}) == ("mean", 20)  # a final evaluation: the whole run
 
 
+def test_a_controller_pair_is_measured_by_its_stops_unless_the_comparator_rescored():
+    """Every comparator logs weight_tv; a controller that scores a stop as the run's does
+    leaves the weights as they are (0 by construction), so such a pair is measured by its
+    stop decisions. Only a comparator that rescored the stops (it logs adv_tv) is measured
+    by the weights."""
+    from lmpo.experiments.engagement import pair_values
+
+    ctl = {"name": "random_stop", "hparams": {"savings": 0.2, "r_fail": -1.0}}
+    flats = {"espo": {"controller.name": "espo"}, "f": {"controller.name": "random_stop"}}
+
+    def data(extra):
+        rows = [{"step": s, "shadow/f/stop_diff": 0.3 + 0.1 * s, "shadow/f/weight_tv": 0.0,
+                 **extra} for s in range(3)]
+        return {"runs": {("espo", seed): {"finished": True, "rows": rows, "config": {
+            "log": {"comparators": {"f": {"controller": ctl}}}}} for seed in (0, 1)}}
+
+    values, metric, _ = pair_values(data({}), "espo", "f", {}, flats)
+    assert metric == "shadow/f/stop_diff" and values == {0: pytest.approx(0.4),
+                                                         1: pytest.approx(0.4)}
+    values, metric, _ = pair_values(data({"shadow/f/adv_tv": 0.2}), "espo", "f", {}, flats)
+    assert metric == "shadow/f/weight_tv" and values == {0: 0.0, 1: 0.0}
+
+
 # ---------------------------------------------------------------- experiment files
 TINY_BASE = {"rollout": {"batch_size": 16, "pool_size": 64, "max_new_tokens": 8},
              "log": {"eval_per_tier": 4, "eval_every": 2, "tensorboard": False,

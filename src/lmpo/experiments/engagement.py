@@ -75,10 +75,13 @@ def pair_values(data: dict, x: str, y: str, claim: dict, flats: dict
             return {s: 0.0 for s in runs}, "identical parts", ""
         return None, "", f"the runs of {x} did not log a comparator {name!r}"
     metric = f"shadow/{name}/{engagement_metric(spec)}"
-    rescored = f"shadow/{name}/weight_tv"
-    if metric.endswith("/stop_diff") and any(rescored in r for run in runs.values()
-                                             for r in run["rows"][:1]):
-        metric = rescored  # the controllers score a stop differently: what that changes
+    if metric.endswith("/stop_diff") and any(f"shadow/{name}/adv_tv" in r
+                                             for run in runs.values() for r in run["rows"][:1]):
+        # the controllers score a stop differently: the comparator rescored the run's stops
+        # (it logs adv_tv only then), so its weight_tv measures what the scoring changes; a
+        # controller that scores alike leaves the weights as they are (weight_tv 0 by
+        # construction), and its stop decisions are the measure
+        metric = f"shadow/{name}/weight_tv"
     reduce, k = window(claim)
     values = {}
     for seed, run in runs.items():
