@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from lmpo import eval_cache
 from lmpo.rewards import Reward
 from lmpo.rollout import sample
 from lmpo.rollout.sampler import sampling_mode
@@ -26,20 +27,32 @@ EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
 
 def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
              batch_size: int = 256, temperature: float = 0.0, generator=None, encode=None,
-             eos_ids: list[int] | None = None) -> list[str]:
+             eos_ids: list[int] | None = None, cache_as: dict | None = None) -> list[str]:
     """Completion texts (EOS stripped) for `problems`, in order. `encode` turns a prompt
-    into tokens (default: the tokenizer as it is, the raw format)."""
+    into tokens (default: the tokenizer as it is, the raw format). With `cache_as` (what
+    else decides the draws, e.g. the generator's seed), the completions are read from or
+    written to the evaluation cache (`lmpo.eval_cache`)."""
     encode = encode or tokenizer.encode
-    texts = []
+    prompts = [encode(p.prompt) for p in problems]
+    eos = eos_ids or tokenizer.eos_token_id
+    key = None
+    if cache_as is not None and eval_cache.enabled():
+        key = eval_cache.completion_key(model, prompts, cache_as | {
+            "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+            "temperature": temperature, "eos": eos, "pad": tokenizer.pad_token_id})
+        cached = eval_cache.load(key, len(prompts))
+        if cached is not None:
+            return [tokenizer.decode(ids, skip_special_tokens=True) for ids in cached]
+    responses = []
     with sampling_mode(model):
-        for start in range(0, len(problems), batch_size):
-            chunk = problems[start:start + batch_size]
-            texts += sample(model, [encode(p.prompt) for p in chunk],
-                            max_new_tokens=max_new_tokens, temperature=temperature,
-                            eos_token_id=eos_ids or tokenizer.eos_token_id,
-                            pad_token_id=tokenizer.pad_token_id,
-                            generator=generator).texts(tokenizer)
-    return texts
+        for start in range(0, len(prompts), batch_size):
+            r = sample(model, prompts[start:start + batch_size], max_new_tokens=max_new_tokens,
+                       temperature=temperature, eos_token_id=eos,
+                       pad_token_id=tokenizer.pad_token_id, generator=generator)
+            responses += [r.response_ids[i, :int(n)].tolist() for i, n in enumerate(r.lengths)]
+    if key is not None:
+        eval_cache.store(key, responses)
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in responses]
 
 
 def _mean(values) -> float | None:
@@ -67,13 +80,14 @@ def summarise(per_tier: dict[str, dict]) -> dict:
 def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens: int,
              trained_tiers: list[str] | None = None, temperature: float = 0.0,
              samples: int = 1, batch_size: int = 256, reward: Reward | None = None,
-             encode=None, eos_ids: list[int] | None = None) -> dict:
+             encode=None, eos_ids: list[int] | None = None, cache: bool = False) -> dict:
     """Completions of `problems`, scored per tier (see the module docstring).
 
     `trained_tiers` None means every tier was trained on. `samples` > 1 needs a
     temperature > 0 (greedy decoding would repeat itself). `reward` scores the completions
     (default: the task's scorer); a score of None counts as not correct and is left out
-    of the reward mean.
+    of the reward mean. With `cache`, the completions come from the evaluation cache when
+    every input is the same (`lmpo.eval_cache`): the same texts, so the same result.
     """
     if samples < 1 or (samples > 1 and temperature == 0):
         raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
@@ -82,7 +96,8 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     generator = torch.Generator().manual_seed(EVAL_SAMPLE_SEED) if temperature > 0 else None
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, temperature=temperature, generator=generator,
-                     encode=encode, eos_ids=eos_ids)
+                     encode=encode, eos_ids=eos_ids,
+                     cache_as={"seed": EVAL_SAMPLE_SEED} if cache else None)
     scores, correct = (reward or Reward("task", task)).score(problems, texts,
                                                              where="held-out problem")
     hits: dict[str, list[float]] = {tier: [] for tier in task.clusters}

@@ -67,13 +67,15 @@ class Run:
     def metrics_path(self) -> Path:
         return self.dir / "metrics.jsonl"
 
-    def evaluate(self) -> dict:
+    def evaluate(self, cache: bool = False) -> dict:
+        """The held-out evaluation of the policy as it is; with `cache`, read from (or kept
+        in) the evaluation cache (`lmpo.eval_cache`), as the starting policy's is."""
         cfg, rt = self.cfg, self.rt
         return evaluate(self.state.policy, rt.tokenizer, self.task, self.heldout.problems,
                         max_new_tokens=cfg.log.eval_max_new_tokens,
                         trained_tiers=cfg.rollout.clusters,
                         temperature=cfg.log.eval_temperature, samples=cfg.log.eval_samples,
-                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids)
+                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids, cache=cache)
 
     def log_scalars(self, row: dict, step: int) -> None:
         if self.tracker:
@@ -144,8 +146,8 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
     if cfg.log.wandb:
 
         run.tracker = WandbTracker(cfg.log.wandb, run_dir, to_dict(cfg))
-    if run.state.before is None:
-        run.state.before = run.evaluate()
+    if run.state.before is None:  # every run from this policy evaluates it alike: cached
+        run.state.before = run.evaluate(cache=True)
     return run
 
 
