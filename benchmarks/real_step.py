@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -120,16 +121,35 @@ def lengths(rollout) -> tuple[list[int], list[int]]:
     return list(distinct.values()), [int(x) for x in rollout.lengths]
 
 
-def floors(c: dict, dtype, repeats: int, prompts: list[int], resp: list[int], prompt_rows,
-           minibatches: int) -> dict[str, float]:
-    """Floor seconds per phase of one step (float32 for the post-update diagnostics)."""
-    fl, f32 = Floor(c, DTYPES[dtype], repeats), Floor(c, torch.float32, repeats)
+_FLOORS: dict = {}
+
+
+def floor_for(c: dict, dtype, repeats: int) -> Floor:
+    """One `Floor` per (model, dtype, repeats) in this process, so a shape is timed once."""
+    key = (json.dumps(c, sort_keys=True, default=str), str(dtype), repeats)
+    if key not in _FLOORS:
+        _FLOORS[key] = Floor(c, dtype, repeats)
+    return _FLOORS[key]
+
+
+def sampling_floor(fl: Floor, prompts: list[int], resp: list[int], prompt_rows: int):
+    """(prompt pass, decode) floor seconds of one sampling call: each distinct prompt once,
+    then at each token step the rows still decoding, over the growing context."""
     p = statistics.mean(prompts)
     prompt = fl.layers(sum(prompts), (p + 1) / 2, len(prompts))
     decode = 0.0
     for t in range(1, max(resp)):  # rows still decoding at each token step
         rows = sum(n > t for n in resp)
         decode += fl.layers(rows, prompt_rows + t, rows)
+    return prompt, decode
+
+
+def floors(c: dict, dtype, repeats: int, prompts: list[int], resp: list[int], prompt_rows,
+           minibatches: int) -> dict[str, float]:
+    """Floor seconds per phase of one step (float32 for the post-update diagnostics)."""
+    fl, f32 = floor_for(c, DTYPES[dtype], repeats), floor_for(c, torch.float32, repeats)
+    p = statistics.mean(prompts)
+    prompt, decode = sampling_floor(fl, prompts, resp, prompt_rows)
 
     def pass_over(f, parts):  # the teacher-forced pass: each distinct prompt once, then
         rows = max(1, sum(resp) // parts)  # the responses, in `parts` equal pieces
@@ -159,7 +179,7 @@ def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
     with tempfile.TemporaryDirectory() as tmp, _restore_overhead():
         if evaluated:  # opening evaluates the starting policy
             timers.undo.append((setup.Run, "evaluate", setup.Run.evaluate))
-            setup.Run.evaluate = lambda run: evaluated["result"]
+            setup.Run.evaluate = lambda run, cache=False: evaluated["result"]
         else:
             timers.wrap(setup.Run, "evaluate", "evaluation", lambda a, k, out: (
                 evaluated.update(result=out) or "evaluation"))

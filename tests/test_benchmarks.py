@@ -111,6 +111,17 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                       and all(x["floor_s"] > 0 and len(x["steps"]) == 2
                               and x["steps"][0]["phases_s"]["update_backward"] > 0
                               for x in r["rows"])),
+        "real_run": (["--repeats", "1", "--set", f"policy={tiny}", "prompt_format=raw",
+                      "system_prompt=null", "steps=2", "rollout.max_new_tokens=6",
+                      "log.eval_every=1", "log.eval_max_new_tokens=4", "log.eval_per_tier=2",
+                      "log.eval_samples=1", "rollout.batch_size=4", "rollout.group_size=2",
+                      "optim.micro_batch_size=4"],
+                     lambda r: r["steps"] == 2 and len(r["evaluations"]) == 3
+                     and all(e["floor_s"] > 0 and e["completions"] > 0
+                             for e in r["evaluations"])
+                     and all(s["floor_s"] > 0 and s["phases_s"]["update_backward"] > 0
+                             for s in r["per_step"])
+                     and r["wall_s"] > r["steps_s"] + r["evaluations_s"]),
         "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1"],
                        rows_with("ratio", "floor_s", "step_s", "tflop")),
     }
