@@ -21,6 +21,11 @@ shows.
 
     python benchmarks/flop_floor.py [--sizes nano,135m,base_real]
                                     [--dtypes float32,bfloat16] [--steps 3] [--smoke]
+                                    [--profile]
+
+`--profile` runs one more step under torch's profiler and adds its operators' own time by
+kind (`profile_s`: products, attention, casts, fills, optimiser, vocabulary-wide
+reductions, the rest): where the time above the floor goes.
 
 `135m` is a randomly initialised model with SmolLM2-135M's configuration (the FLOPs of
 the real one; its weights do not change the work at a fixed length). `base_real` is the
@@ -106,8 +111,38 @@ def lmpo_step(policy, cfg, state, loss_fn, prompts: list[list[int]], t: int, gen
     return t1 - t0, clock(device) - t2, recompute
 
 
+KINDS = (  # (kind, operator names, or fragments of names after "~"); the first match wins
+    ("attention", ("~scaled_dot_product",)),
+    ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+    ("casts", ("aten::copy_", "aten::_to_copy")),
+    ("fills", ("aten::fill_", "aten::zero_")),
+    ("optimizer", ("~adam",)),
+    ("vocabulary", ("aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::logsumexp",
+                    "aten::exp", "aten::exp_", "aten::sub", "aten::max", "aten::amax",
+                    "aten::gather", "aten::cumsum_", "aten::searchsorted")),
+)
+
+
+def _kind(name: str) -> str:
+    for kind, names in KINDS:
+        if any(name == n or (n.startswith("~") and n[1:] in name.lower()) for n in names):
+            return kind
+    return "other"
+
+
+def operator_kinds(prof) -> dict[str, float]:
+    """Seconds of the operators' own (self) CPU time by kind: the products, attention,
+    dtype casts, fills, the optimiser, the vocabulary-wide reductions (log-softmax, exp,
+    max, the draw's cumulative sum) and everything else (element-wise work, indexing,
+    autograd's bookkeeping)."""
+    out = dict.fromkeys([k for k, _ in KINDS] + ["other"], 0.0)
+    for e in prof.key_averages():
+        out[_kind(e.key)] += e.self_cpu_time_total / 1e6
+    return out
+
+
 def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
-            device: str = "cpu") -> dict:
+            device: str = "cpu", profile: bool = False) -> dict:
     c, n_prompts, group, p, t = (SMOKE if smoke else SHAPES)[size]
     policy = build(c, device=device)
     cfg = load_config(TrainConfig, None, [
@@ -129,6 +164,13 @@ def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
         prompts = [x for x in drawn for _ in range(group)]
         times.append(lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen))
     sampling, upd, recompute = (statistics.median(x) for x in zip(*times[1:], strict=True))
+    where = None
+    if profile:  # one more step, its operators' own time by kind
+        drawn = [torch.randint(3, vocab, (p,), generator=gen).tolist() for _ in range(n_prompts)]
+        prompts = [x for x in drawn for _ in range(group)]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            lmpo_step(policy, cfg, state, loss_fn, prompts, t, gen)
+        where = operator_kinds(prof)
     fl = Floor(c, DTYPES[dtype], repeats, device)
     secs = phases(fl, fl.layers, n_prompts, group, p, t)
     flops = phases(fl, fl.flops, n_prompts, group, p, t)
@@ -145,6 +187,8 @@ def measure(size: str, dtype: str, steps: int, smoke: bool, repeats: int,
            "floor_s": floor, "floor_sampling_s": floor_sampling, "floor_update_s": floor_update,
            "ratio": step / floor, "ratio_sampling": sampling / floor_sampling,
            "ratio_update": upd / floor_update}
+    if where is not None:
+        row["profile_s"] = where
     print(f"{size:5s} {dtype:9s} step {step:7.3f} s  floor {floor:7.3f} s  "
           f"ratio {row['ratio']:.2f}x  (sampling {row['ratio_sampling']:.2f}x, "
           f"update {row['ratio_update']:.2f}x; "
@@ -161,11 +205,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timings per product shape")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="the smallest sizes, for the tests")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one more step: its operators' own time by kind")
     ap.add_argument("--out", default="flop_floor")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     sizes, dtypes = a.sizes.split(","), a.dtypes.split(",")
-    rows = [measure(size, dtype, a.steps, a.smoke, a.repeats)
+    rows = [measure(size, dtype, a.steps, a.smoke, a.repeats, profile=a.profile)
             for size in sizes if size != "base_real" for dtype in dtypes]
     if "base_real" in sizes:  # the real testbed's own step, phase by phase (real_step.py)
         from real_step import base_real_rows

@@ -40,6 +40,7 @@ from real_step import (  # noqa: E402
     PHASES,
     Timers,
     floor_for,
+    floor_of_what_ran,
     floors,
     instrument,
     lengths,
@@ -125,7 +126,7 @@ def step_rows(rec: Recorder, c: dict, cfg, repeats: int) -> list[dict]:
                        int(s["rollout"].prompt_mask.shape[1]), cfg.optim.minibatches)
         timed = {k: s["phases"].get(k, 0.0) for k in PHASES}
         timed["other"] = s["seconds"] - sum(timed.values())
-        floor = {k: (v if timed.get(k, 0.0) > 0 else 0.0) for k, v in floor.items()}
+        floor = floor_of_what_ran(floor, s["phases"])
         rows.append({"step_s": s["seconds"], "floor_s": sum(floor.values()),
                      "phases_s": timed, "floor_phases_s": floor,
                      "response_mean": s["response_mean"], "response_max": max(resp)})

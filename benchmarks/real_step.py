@@ -162,6 +162,15 @@ def floors(c: dict, dtype, repeats: int, prompts: list[int], resp: list[int], pr
             "update_backward": 2 * forward, "diagnostics": pass_over(f32, 1)}
 
 
+def floor_of_what_ran(floor: dict[str, float], secs: dict[str, float]) -> dict[str, float]:
+    """The phases' floors, 0 for a phase that did not run this step. The diagnostics'
+    float32 pass runs on diagnostic steps only (log.policy_kl_every), while `after_update`
+    (the `diagnostics` phase) runs on every step: its floor counts where the pass ran."""
+    def ran(k):
+        return secs.get("diagnostics_pass" if k == "diagnostics" else k, 0.0) > 0
+    return {k: (v if ran(k) else 0.0) for k, v in floor.items()}
+
+
 VARIANTS = ("before", "lmpo")
 """`before`: the step as it was before length buckets and fused AdamW (one padded pass,
 torch's multi-tensor AdamW); `lmpo`: as it is."""
@@ -232,8 +241,7 @@ def summarise(dtype, label, cfg, per_step, evaluation, c, repeats) -> dict:
         timed["sampling_other"] = secs.get("sampling", 0.0) - timed["sampling_prompt"] \
             - timed["sampling_decode"]
         timed["other"] = total - sum(timed.values())
-        # phases that did not run this step have no floor
-        floor = {k: (v if timed.get(k, 0.0) > 0 else 0.0) for k, v in floor.items()}
+        floor = floor_of_what_ran(floor, secs)
         steps.append({"step_s": total, "floor_s": sum(floor.values()),
                       "ratio": total / sum(floor.values()), "phases_s": timed,
                       "floor_phases_s": floor,

@@ -122,8 +122,10 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                      and all(s["floor_s"] > 0 and s["phases_s"]["update_backward"] > 0
                              for s in r["per_step"])
                      and r["wall_s"] > r["steps_s"] + r["evaluations_s"]),
-        "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1"],
-                       rows_with("ratio", "floor_s", "step_s", "tflop")),
+        "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1", "--profile"],
+                       lambda r: rows_with("ratio", "floor_s", "step_s", "tflop",
+                                           "profile_s")(r)
+                       and all(x["profile_s"]["products"] > 0 for x in r["rows"])),
     }
 
 
