@@ -93,7 +93,7 @@ def test_any_changed_input_misses(tiny_policy_dir, home, counted, change):
     assert len(list((home / eval_cache.FOLDER).glob("*.json"))) == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "short", "other_key"])
+@pytest.mark.parametrize("damage", ["truncated", "short", "other_key", "not_a_dict"])
 def test_a_damaged_entry_is_sampled_again_and_rewritten(tiny_policy_dir, home, counted,
                                                         damage):
     policy, tok, problems = setting(tiny_policy_dir)
@@ -103,6 +103,8 @@ def test_a_damaged_entry_is_sampled_again_and_rewritten(tiny_policy_dir, home, c
     text = entry.read_text()
     if damage == "truncated":
         entry.write_text(text[:len(text) // 2])
+    elif damage == "not_a_dict":
+        entry.write_text(json.dumps(json.loads(text)["responses"]))
     else:
         data = json.loads(text)
         if damage == "short":

@@ -3,7 +3,7 @@ cache (`$LMPO_HOME/evaluations`) and reused where every input is the same.
 
 Every run of an experiment evaluates its starting policy before its first step, on the
 same held-out set, with the evaluation's own fixed sampling stream: the same work, with
-the same result, in every arm and seed (on SmolLM2-135M, ~85 s of a ~14-minute run). An
+the same result, in every arm and seed (64 s of an 11.6-minute `base_real` run). An
 entry is keyed by everything that decides the sampled tokens (`completion_key`): the
 policy's parameters and buffers (every byte), the encoded prompts in order, the
 sampling settings and the stream's seed, the source of the sampler and everything it
@@ -78,8 +78,10 @@ def load(key: str, n: int) -> list[list[int]] | None:
         entry = json.loads(_path(key).read_text())
     except (OSError, ValueError):
         return None
-    ids = entry.get("responses") if isinstance(entry, dict) else None
-    if entry.get("key") != key or not isinstance(ids, list) or len(ids) != n:
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    ids = entry.get("responses")
+    if not isinstance(ids, list) or len(ids) != n:
         return None
     return ids
 
