@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import torch
 
 from lmpo.atomic import write_text
 from lmpo.cache import lmpo_home, source_digest, versions
+from lmpo.process_env import cpu_model
 
 FOLDER = "evaluations"
 ENV = "LMPO_EVAL_CACHE"  # "off": every evaluation samples afresh (a cold-start timing)
@@ -34,15 +34,6 @@ ENV = "LMPO_EVAL_CACHE"  # "off": every evaluation samples afresh (a cold-start 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "on").lower() not in ("off", "0", "false", "no")
-
-
-def _cpu() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def weights_digest(model) -> str:
@@ -61,7 +52,7 @@ def completion_key(model, prompts: list[list[int]], settings: dict) -> str:
     device = next(model.parameters()).device
     inputs = {"weights": weights_digest(model), "prompts": prompts, "settings": settings,
               "source": source_digest("lmpo.evaluate"), "versions": versions(),
-              "device": str(device), "threads": torch.get_num_threads(), "cpu": _cpu()}
+              "device": str(device), "threads": torch.get_num_threads(), "cpu": cpu_model()}
     if device.type == "cuda":
         inputs["gpu"] = torch.cuda.get_device_name(device)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()

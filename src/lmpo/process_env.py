@@ -57,3 +57,14 @@ def comparable(info: dict) -> dict:
     """The part of a `process.json` two launchers on one machine must agree on."""
     return {k: info[k] for k in ("cpu_count", "affinity", "nice", "torch_threads",
                                  "torch_interop_threads", "env")}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -36,7 +36,7 @@ def machine_key() -> str:
     """What bit-identical float results depend on: the CPU, torch, the thread count."""
     import torch
 
-    from lmpo.experiments.report import cpu_model
+    from lmpo.process_env import cpu_model
 
     return f"{platform.machine()} | {cpu_model()} | torch {torch.__version__}"
 

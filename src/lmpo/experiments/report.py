@@ -37,6 +37,7 @@ from lmpo.experiments.keys import COMPARATOR_KEY
 from lmpo.experiments.spec import parse_experiment
 from lmpo.experiments.stats import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
+from lmpo.process_env import cpu_model
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.yamlfile import read_yaml_file
 
@@ -80,17 +81,6 @@ def git_commit() -> str:
     return head + (" with uncommitted changes" if git("status", "--porcelain",
                                                       "--untracked-files=no", "--",
                                                       str(here.parent)) else "")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), or what the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
 
 
 def machine() -> str:
