@@ -15,19 +15,14 @@ from pathlib import Path
 
 import torch
 
+from lmpo.process_env import cpu_model
+
 # the committed results; the smoke tests (tests/test_benchmarks.py) write elsewhere
 RESULTS_DIR = Path(os.environ.get("LMPO_BENCH_RESULTS") or Path(__file__).parent / "results")
 
 
 def machine(threads: int) -> str:
-    model = platform.processor() or "cpu"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{platform.machine()}, {model}, {os.cpu_count()} cores, {threads} torch threads"
+    return f"{platform.machine()}, {cpu_model()}, {os.cpu_count()} cores, {threads} torch threads"
 
 
 def commit() -> str:
