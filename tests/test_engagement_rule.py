@@ -85,6 +85,22 @@ def test_the_floor_reads_the_upper_bound_not_the_mean():
     assert below_floor({"status": "not measured", "reason": "x"}) is None
 
 
+def test_a_report_card_says_why_engagement_was_not_measured():
+    from lmpo.experiments.claim_table import card, shown_engagement
+
+    reason = "the arms also differ in kl.coef, which no same-batch comparator replays"
+    c = {"claim": "m: a > b", "sentence": "a beats b", "kind": "direction", "metric": "m",
+         "n": 5, "effect": 0.1,
+         "ci": [0.0, 0.2], "verdict": "holds", "p": 0.01, "p_adj": 0.01,
+         "method": "paired t", "mde": 0.05, "engagement": {"status": "not measured",
+                                                          "reason": reason}}
+    assert f"- engagement: not measured ({reason})" in card(1, c)
+    assert shown_engagement(c) == "not measured"  # the tables keep it short
+    measured = dict(c, engagement={"metric": "engagement/weight_tv", "value": 0.2,
+                                   "ci": [0.1, 0.3], "floor": 0.001})
+    assert "- engagement: weight_tv 0.200 [0.100, 0.300] (floor 0.001)" in card(1, measured)
+
+
 def test_labels_come_from_the_step_down():
     """Three claims: the weakest is significant alone (p ~ 0.03) but not after Holm's
     step-down over the family, so it is labelled from its adjusted p, beside the interval

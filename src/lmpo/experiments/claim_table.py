@@ -138,7 +138,14 @@ def card(i: int, c: dict) -> list[str]:
             f"- **verdict**: {shown_verdict(c)}",
             f"- effect: {effect_text(c)} (95%, n = {c['n']}{better}{left})",
             f"- test: {test_line(c)}", f"- power: {power}",
-            f"- engagement: {shown_engagement(c)}", ""]
+            f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}", ""]
+
+
+def why_unmeasured(c: dict) -> str:
+    """The reason a claim's engagement was not measured, for its detail section (the tables
+    keep the short "not measured")."""
+    eng = c.get("engagement") or {}
+    return f" ({eng['reason']})" if eng.get("status") == "not measured" and eng.get("reason") else ""
 
 
 def premise_lines(premises: list[dict]) -> list[str]:

@@ -6,12 +6,14 @@
   headline claim and takeaway) and the reports' numbers.
 - `docs/results.md`: per paper and setting its takeaway, then every claim of its report,
   one row each.
+- every committed `report.md`, re-rendered from its report.json (a change to how a report
+  is written reaches the committed ones without re-running their analysis).
 - `lmpo report DIR --readme PAPER` prints a report's claims as rows of that page.
 
-    python -m lmpo.experiments.results           # rewrite docs/results.md and the README block
-    python -m lmpo.experiments.results --check   # exit 1 if either is out of date
+    python -m lmpo.experiments.results           # rewrite what is out of date
+    python -m lmpo.experiments.results --check   # exit 1 if any of them is out of date
 
-tests/test_reproductions.py checks that both are current.
+tests/test_reproductions.py checks that all are current.
 """
 
 from __future__ import annotations
@@ -113,16 +115,23 @@ def current_readme(root: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(next((a for a in argv if not a.startswith("--")), "."))
-    page, readme = results_page(root), current_readme(root)
+    pages = {"docs/results.md": results_page(root), "README.md": current_readme(root)}
+    pages.update(report_pages(root))
+    stale = [p for p, text in pages.items() if (root / p).read_text() != text]
     if "--check" in argv:
-        stale = [p for p, text in (("docs/results.md", page), ("README.md", readme))
-                 if (root / p).read_text() != text]
         for p in stale:
             print(f"{p} is out of date: run python -m lmpo.experiments.results", file=sys.stderr)
         return 1 if stale else 0
-    (root / "docs/results.md").write_text(page)
-    (root / "README.md").write_text(readme)
+    for p in stale:
+        (root / p).write_text(pages[p])
     return 0
+
+
+def report_pages(root: Path) -> dict[str, str]:
+    """Every committed report.md as its report.json renders today, so a change to how a
+    report is written reaches the committed ones without re-running their analysis."""
+    return {f"experiments/results/{j.parent.name}/report.md": rendered(load(j.parent))
+            for j in sorted((root / "experiments/results").glob("*/report.json"))}
 
 
 if __name__ == "__main__":
