@@ -145,7 +145,8 @@ def why_unmeasured(c: dict) -> str:
     """The reason a claim's engagement was not measured, for its detail section (the tables
     keep the short "not measured")."""
     eng = c.get("engagement") or {}
-    return f" ({eng['reason']})" if eng.get("status") == "not measured" and eng.get("reason") else ""
+    unmeasured = eng.get("status") == "not measured" and eng.get("reason")
+    return f" ({eng['reason']})" if unmeasured else ""
 
 
 def premise_lines(premises: list[dict]) -> list[str]:
