@@ -90,10 +90,9 @@ def test_a_report_card_says_why_engagement_was_not_measured():
 
     reason = "the arms also differ in kl.coef, which no same-batch comparator replays"
     c = {"claim": "m: a > b", "sentence": "a beats b", "kind": "direction", "metric": "m",
-         "n": 5, "effect": 0.1,
-         "ci": [0.0, 0.2], "verdict": "holds", "p": 0.01, "p_adj": 0.01,
-         "method": "paired t", "mde": 0.05, "engagement": {"status": "not measured",
-                                                          "reason": reason}}
+         "n": 5, "effect": 0.1, "ci": [0.0, 0.2], "verdict": "holds", "p": 0.01,
+         "p_adj": 0.01, "method": "paired t", "mde": 0.05,
+         "engagement": {"status": "not measured", "reason": reason}}
     assert f"- engagement: not measured ({reason})" in card(1, c)
     assert shown_engagement(c) == "not measured"  # the tables keep it short
     measured = dict(c, engagement={"metric": "engagement/weight_tv", "value": 0.2,

@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(next((a for a in argv if not a.startswith("--")), "."))
     pages = {"docs/results.md": results_page(root), "README.md": current_readme(root)}
     pages.update(report_pages(root))
-    stale = [p for p, text in pages.items() if (root / p).read_text() != text]
+    stale = [p for p, text in pages.items()
+             if not (root / p).exists() or (root / p).read_text() != text]
     if "--check" in argv:
         for p in stale:
             print(f"{p} is out of date: run python -m lmpo.experiments.results", file=sys.stderr)
