@@ -15,7 +15,7 @@ SKYRL_VENV := .venv-skyrl
 # the wheel is tested in an environment of its own, rebuilt every time
 WHEEL_VENV := .venv-wheel
 
-.PHONY: help install demo real-demo test test-fast test-core test-verl test-trl test-wheel lint bench \
+.PHONY: help install demo real-demo check-reports test test-fast test-core test-verl test-trl test-wheel lint bench \
 	bench-trl clean gpu-wheels test-skyrl test-ray wheel test-verl-range
 
 help:
@@ -34,6 +34,7 @@ help:
 	@echo "make test-verl-range  the verl suite at the supported range's other end (verl 0.9.0; not in make test)"
 	@echo "make wheel       build dist/lmpo-VERSION-py3-none-any.whl (install it anywhere without a clone)"
 	@echo "make test-wheel  the wheel alone in a fresh environment, then with its training extra"
+	@echo "make check-reports  every committed report regenerated from its runs equals the committed one (~4 min)"
 	@echo "make bench       the benchmarks against their peers (benchmarks/results/)"
 	@echo "make bench-trl   the benchmarks against TRL, in .venv-trl"
 	@echo "make gpu-wheels  the wheels benchmarks/gpu_check.sh installs on a CUDA machine offline"
@@ -62,6 +63,10 @@ demo: $(STAMP)
 # evaluated in chat format on 1-digit sums, trained with GRPO against `last_number`.
 real-demo: $(STAMP)
 	$(VENV)/bin/lmpo train --config real-demo --run-dir runs/real-demo --resume
+
+# Outside `make test` (tests/test_report_regeneration.py checks two small reports there).
+check-reports: $(STAMP)
+	$(PY) experiments/check_reports.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks experiments
