@@ -86,8 +86,8 @@ def main() -> int:
     if args.smoke:
         args.steps, args.seeds = 3, 1
     os.environ.pop("RAY_ADDRESS", None)
-    from lmpo.experiments.spec import load_experiment
-    from lmpo.experiments.sweep import compare
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.run.sweep import compare
     from lmpo.models import build_policy, build_tokenizer, save_policy
 
     busy = subprocess.Popen([sys.executable, "-c", BUSY, str(args.beside)]) \

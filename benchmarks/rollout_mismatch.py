@@ -72,7 +72,7 @@ def trained_for(policy: str, steps: int, experiment: str, arm: str, threads: int
     """The float32 `policy` after `steps` training steps of an experiment's arm (seed
     100)."""
     from lmpo.config import build, merge
-    from lmpo.experiments.spec import arm_data, load_experiment
+    from lmpo.experiments.design.spec import arm_data, load_experiment
     from lmpo.trainer.loop import train
     from lmpo.trainer.train_config import TrainConfig
 

@@ -72,7 +72,7 @@ def regenerate(name: str) -> list[str]:
     rows ([] when equal)."""
     from rich.console import Console
 
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     folder = RESULTS / name
     with tempfile.TemporaryDirectory() as tmp:

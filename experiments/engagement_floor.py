@@ -16,7 +16,7 @@ the cosine between the two parameter gradients over the first minibatch
 Rule, fixed before the runs: the floor is the largest weight TV such that every step of
 every comparator at or below it moves the parameter gradient's direction by less than 1%
 of the positive control's median movement (1 - cos); it is rounded down to one
-significant digit. The default in lmpo.experiments.engagement must not exceed it.
+significant digit. The default in lmpo.experiments.report.engagement must not exceed it.
 Settings: seed 0, 40 steps per condition.
 
     python experiments/engagement_floor.py --out experiments/results/engagement_floor.json

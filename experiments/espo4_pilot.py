@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from lmpo.config import merge
-from lmpo.experiments.spec import arm_data, load_experiment
+from lmpo.experiments.design.spec import arm_data, load_experiment
 
 BETAS = (0.5, 1.0, 2.0)
 FLOOR = 0.10

@@ -85,6 +85,63 @@ def test_no_import_goes_up_a_layer():
     assert not upward, upward
 
 
+# The experiment harness's wings, lowest first: a wing imports only itself and the wings
+# before it. The package's face (`__init__`) and the public paths kept for users
+# (`spec`, `results`) sit above every wing, and no lmpo module imports them.
+WINGS = ["stats", "design", "engines", "report", "run"]
+FACES = {"lmpo.experiments", "lmpo.experiments.spec", "lmpo.experiments.results"}
+
+
+def wing(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["lmpo", "experiments"] or len(parts) < 3 or parts[2] not in WINGS:
+        return None
+    return WINGS.index(parts[2])
+
+
+def test_every_experiments_module_is_in_a_wing_or_a_face():
+    loose = sorted(m for m in MODULES if m.startswith("lmpo.experiments")
+                   and wing(m) is None and m not in FACES)
+    assert not loose, loose
+
+
+def test_the_experiment_wings_import_one_way():
+    upward = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                    if wing(a) is not None and wing(b) is not None and wing(b) > wing(a))
+    assert not upward, upward
+    faces = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                   if b in FACES - {"lmpo.experiments"} and a not in FACES)
+    assert not faces, faces
+    assert wing("lmpo.experiments.run.sweep") > wing("lmpo.experiments.report.write") > \
+        wing("lmpo.experiments.engines.verl_launch") > wing("lmpo.experiments.design.spec") > \
+        wing("lmpo.experiments.stats.labels")
+
+
+def test_the_public_paths_are_their_wings_modules():
+    import lmpo.experiments.design.spec
+    import lmpo.experiments.report.results
+    import lmpo.experiments.results
+    import lmpo.experiments.spec
+
+    assert lmpo.experiments.spec is lmpo.experiments.design.spec
+    assert lmpo.experiments.results.main is lmpo.experiments.report.results.main
+    from lmpo.experiments.spec import load_experiment
+
+    assert load_experiment is lmpo.experiments.design.spec.load_experiment
+
+
+def test_the_results_generator_runs_at_its_public_path(monkeypatch):
+    """`python -m lmpo.experiments.results --check`, run as `-m` runs it (in this process:
+    a fresh interpreter spends ~10 s importing lmpo)."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["results", str(ROOT), "--check"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("lmpo.experiments.results", run_name="__main__")
+    assert done.value.code == 0
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []

@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.engagement import below_floor, part_mediators
-from lmpo.experiments.labels import includes_null, judge
-from lmpo.experiments.multiplicity import holm_adjust, step_down_alphas
-from lmpo.experiments.stats import EFFECTIVE, effective_flags
+from lmpo.experiments.report.engagement import below_floor, part_mediators
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.labels import judge
+from lmpo.experiments.stats.multiplicity import holm_adjust, step_down_alphas
+from lmpo.experiments.stats.seeds import EFFECTIVE, effective_flags
 
 DIRECTION = {"kind": "direction", "expect": "greater", "min_effect": 0.05}
 WHY = "same-batch weight_tv below the floor"
@@ -42,13 +43,14 @@ def test_not_engaged_only_where_the_interval_includes_the_null(mean, label):
 
 
 def test_the_null_at_the_intervals_edge_counts_as_included():
-    assert includes_null("direction", {}, 0.0, 0.3) and includes_null("direction", {}, -1, 0.0)
-    assert not includes_null("direction", {}, 1e-12, 0.3)
-    assert includes_null("spread", {}, 0.5, 1.0) and not includes_null("spread", {}, 1.01, 2)
+    direction, spread = claim_kind("direction"), claim_kind("spread")
+    assert direction.includes_null({}, 0.0, 0.3) and direction.includes_null({}, -1, 0.0)
+    assert not direction.includes_null({}, 1e-12, 0.3)
+    assert spread.includes_null({}, 0.5, 1.0) and not spread.includes_null({}, 1.01, 2)
     bound = {"bound": 0.8}
-    assert includes_null("threshold", bound, 0.7, 0.8) and not includes_null(
-        "threshold", bound, 0.5, 0.79)
-    assert includes_null("equivalence", {"margin": 0.1}, -0.01, 0.01)
+    assert claim_kind("threshold").includes_null(bound, 0.7, 0.8) and not claim_kind(
+        "threshold").includes_null(bound, 0.5, 0.79)
+    assert claim_kind("equivalence").includes_null({"margin": 0.1}, -0.01, 0.01)
 
 
 def test_an_equivalence_claim_below_the_floor_is_never_evidence():
@@ -67,10 +69,8 @@ def test_a_spread_claim_keeps_a_significant_ratio():
 
 
 def engagement(vals, floor=0.01):
-    from lmpo.experiments.stats import interval
-
     v = np.asarray(vals, dtype=float)
-    point, lo, hi, _ = interval("direction", {}, v, np.zeros_like(v))
+    point, lo, hi, _ = claim_kind("direction").interval({}, v, np.zeros_like(v))
     return {"metric": "shadow/b/weight_tv", "comparator": "b", "value": point,
             "ci": [lo, hi], "floor": floor}
 
@@ -86,7 +86,7 @@ def test_the_floor_reads_the_upper_bound_not_the_mean():
 
 
 def test_a_report_card_says_why_engagement_was_not_measured():
-    from lmpo.experiments.claim_table import card, shown_engagement
+    from lmpo.experiments.report.claim_table import card, shown_engagement
 
     reason = "the arms also differ in kl.coef, which no same-batch comparator replays"
     c = {"claim": "m: a > b", "sentence": "a beats b", "kind": "direction", "metric": "m",
@@ -154,7 +154,7 @@ def test_mediators_are_not_confounds_and_other_differences_are():
 
 
 def test_a_claim_cannot_declare_optimiser_steps_a_mediator():
-    from lmpo.experiments.spec import parse_experiment
+    from lmpo.experiments.design.spec import parse_experiment
 
     claim = {"kind": "direction", "metric": "m", "arms": ["a", "b"], "expect": "greater",
              "sentence": "s", "mediators": ["optim_steps"]}
@@ -173,7 +173,7 @@ def test_the_default_floor_is_the_committed_calibrations():
     floor its rule gives."""
     from pathlib import Path
 
-    from lmpo.experiments.engagement import DEFAULT_FLOOR
+    from lmpo.experiments.report.engagement import DEFAULT_FLOOR
 
     root = Path(__file__).resolve().parents[1]
     cal = json.loads((root / "experiments/results/engagement_floor.json").read_text())
@@ -198,8 +198,8 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
     """A compare directory whose rows are written by hand: at dose d, seed s, the effect
     metric(a) - metric(b) is 0.1 d + noise_s; a's runs log the comparator distance
     0.0005 at L0 (below the floor) and 0.05 d above it."""
-    from lmpo.experiments.spec import load_experiment
-    from lmpo.experiments.sweep import plan
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.run.sweep import plan
 
     data = {"base": {"policy": str(tiny_policy_dir), "log": {"tensorboard": False}},
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}},
@@ -236,7 +236,7 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
 
 
 def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     out = synthetic_sweep(tmp_path, tiny_policy_dir)
     assert sorted(p.name for p in (out / "runs").iterdir()) == [
@@ -272,7 +272,7 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
 def test_an_arm_may_run_at_some_levels_only():
     """An ablation run at L0 and the highest level alone: its runs exist there only, a claim
     defaults to the levels its arms share, and a dose_response claim reads those levels."""
-    from lmpo.experiments.spec import parse_experiment
+    from lmpo.experiments.design.spec import parse_experiment
 
     levels = {lv: {"dose": d} | ({"rollout": {"staleness": int(d)}} if d else {})
               for lv, d in DOSES.items()}

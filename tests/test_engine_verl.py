@@ -8,7 +8,7 @@ import yaml
 
 from lmpo.cli import main
 from lmpo.config import load_config
-from lmpo.experiments.verl_launch import refusals, verl_settings
+from lmpo.experiments.engines.verl_launch import refusals, verl_settings
 from lmpo.trainer.train_config import TrainConfig
 
 A = "actor_rollout_ref.actor"
@@ -55,7 +55,7 @@ def test_coefficient_schedules_map_where_the_engines_have_them():
     """verl: an adaptive KL in the reward is its adaptive kl_ctrl; in the loss, and an
     adaptive entropy bonus, it has none. TRL: adaptive entropy is use_adaptive_entropy
     (its bonus is a token mean: other aggregations are refused); its beta is fixed."""
-    from lmpo.experiments.trl_mapping import trl_refusals
+    from lmpo.experiments.engines.trl_mapping import trl_refusals
     from lmpo.integrations.trl_run import entropy_settings
 
     adaptive = "kl.schedule={name: adaptive_kl, hparams: {horizon: 500}}"
@@ -134,7 +134,7 @@ def test_the_printed_export_line_writes_the_data_the_launch_reads(tmp_path, caps
 
 
 def test_trl_refusals_name_the_setting_and_need_trl_to_run(tmp_path, capsys):
-    from lmpo.experiments.trl_mapping import trl_refusals
+    from lmpo.experiments.engines.trl_mapping import trl_refusals
 
     assert trl_refusals(load_config(TrainConfig, "grpo")) == []
     why = {w.split(":")[0] for w in trl_refusals(load_config(TrainConfig, "dapo"))}
@@ -163,7 +163,7 @@ def test_list_without_out_prints_and_writes_nothing(tmp_path, capsys):
 def test_estimators_that_need_the_trainers_own_passes_are_refused_by_trl():
     """TRL's GRPOTrainer passes its estimator neither the path statistics (OTB) nor greedy
     baselines (ReMax): both are refused by name; verl maps OTB to its own estimator."""
-    from lmpo.experiments.trl_mapping import trl_refusals
+    from lmpo.experiments.engines.trl_mapping import trl_refusals
 
     for preset in ("otb", "remax"):
         why = trl_refusals(load_config(TrainConfig, preset))

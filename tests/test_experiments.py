@@ -13,11 +13,16 @@ import pytest
 import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.engagement import DEFAULT_FLOOR
-from lmpo.experiments.report import report
-from lmpo.experiments.spec import arm_config, check_differs, load_experiment, parse_experiment
-from lmpo.experiments.stats import EFFECTIVE, reduce_metric, summarize
-from lmpo.experiments.sweep import Run, compare, prebuild
+from lmpo.experiments.design.spec import (
+    arm_config,
+    check_differs,
+    load_experiment,
+    parse_experiment,
+)
+from lmpo.experiments.report.engagement import DEFAULT_FLOOR
+from lmpo.experiments.report.write import report
+from lmpo.experiments.run.sweep import Run, compare, prebuild
+from lmpo.experiments.stats.seeds import EFFECTIVE, reduce_metric, summarize
 from lmpo.trainer.train_config import TrainConfig
 
 
@@ -32,7 +37,7 @@ def test_summary_is_mean_sample_std_and_a_bootstrap_ci():
 
 
 def test_a_diagnostic_range_is_reported_by_its_extreme_over_the_run():
-    from lmpo.experiments.report import diagnostic_row
+    from lmpo.experiments.report.write import diagnostic_row
 
     assert diagnostic_row("loss/drpo/weight_min")[1:] == ("loss/drpo/weight_min", "min")
     assert diagnostic_row("loss/drpo/weight_max")[1:] == ("loss/drpo/weight_max", "max")
@@ -61,7 +66,7 @@ def test_metric_reduction():
 
 
 def test_engagement_reads_the_claims_own_window():
-    from lmpo.experiments.engagement import window
+    from lmpo.experiments.report.engagement import window
 
     assert window({"reduce": "first_k", "k": 30}) == ("first_k", 30)  # a warm-up window
     assert window({"reduce": "last_k"}) == ("last_k", 20)
@@ -73,7 +78,7 @@ def test_a_controller_pair_is_measured_by_its_stops_unless_the_comparator_rescor
     leaves the weights as they are (0 by construction), so such a pair is measured by its
     stop decisions. Only a comparator that rescored the stops (it logs adv_tv) is measured
     by the weights."""
-    from lmpo.experiments.engagement import pair_values
+    from lmpo.experiments.report.engagement import pair_values
 
     ctl = {"name": "random_stop", "hparams": {"savings": 0.2, "r_fail": -1.0}}
     flats = {"espo": {"controller.name": "espo"}, "f": {"controller.name": "random_stop"}}
@@ -358,7 +363,7 @@ def test_a_base_hparam_an_arm_would_silently_lose_is_an_error(tiny_policy_dir, t
 def test_a_sweep_starts_its_runs_seed_by_seed(tiny_policy_dir, tmp_path):
     """A sweep stopped part-way holds whole seeds of every arm: runs start seed-major, in
     the file's arm order, whatever order plan() lists them in."""
-    from lmpo.experiments.sweep import plan, start_order
+    from lmpo.experiments.run.sweep import plan, start_order
 
     exp = experiment(tmp_path, tiny_policy_dir, seeds=3, steps=2)
     runs = plan(exp, tmp_path / "out", jobs=1)
@@ -369,7 +374,7 @@ def test_a_sweep_starts_its_runs_seed_by_seed(tiny_policy_dir, tmp_path):
 
 def test_a_key_added_later_at_its_default_is_not_a_config_change(tmp_path):
     from lmpo.config import load_config, to_dict
-    from lmpo.experiments.sweep import config_changes
+    from lmpo.experiments.run.sweep import config_changes
 
     cfg = load_config(TrainConfig, "dapo")
     old = to_dict(cfg)

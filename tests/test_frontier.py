@@ -5,14 +5,14 @@ import math
 import pytest
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.frontier import (
+from lmpo.experiments.design.frontier import (
     check_frontier,
     curve,
     frontier_table,
     pair_differences,
     read_at,
 )
-from lmpo.experiments.spec import Arm, Experiment, parse_experiment
+from lmpo.experiments.design.spec import Arm, Experiment, parse_experiment
 
 
 def rows(kls, evals):

@@ -11,8 +11,8 @@ import yaml
 
 from lmpo.cli import main
 from lmpo.errors import ConfigError
-from lmpo.experiments.spec import parse_experiment
-from lmpo.experiments.verl_launch import shell_word
+from lmpo.experiments.design.spec import parse_experiment
+from lmpo.experiments.engines.verl_launch import shell_word
 
 HOSTILE = ["../../x", "/abs/path", "a/b", "a@b", "x$(touch pwned)", "x`touch pwned`",
            "x'y", 'x"y', "a b", "x\ny", "x\0y", ".hidden", "-flag", "x" * 101, ""]
@@ -37,7 +37,7 @@ def test_a_hostile_arm_or_level_name_is_refused_in_one_line(name):
 def test_every_committed_name_is_safe():
     from pathlib import Path
 
-    from lmpo.experiments.spec import load_experiment
+    from lmpo.experiments.design.spec import load_experiment
 
     for path in sorted(Path("experiments").glob("*.yaml")) + sorted(
             Path("experiments/pilots").glob("*.yaml")):

@@ -1,4 +1,4 @@
-"""A sweep's runs forked from the warm server (lmpo.experiments.launcher) are ordinary
+"""A sweep's runs forked from the warm server (lmpo.experiments.run.launcher) are ordinary
 `lmpo train` processes: the same rows as a fresh interpreter's run, the run's output and
 exit code, the sweep's environment and working directory, and no run outlives a sweep
 killed with SIGKILL."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmpo.experiments import launcher
+from lmpo.experiments.run import launcher
 from lmpo.trainer.checkpoint import untimed_rows
 
 SETTINGS = {"steps": 2, "rollout": {"batch_size": 8, "pool_size": 64, "max_new_tokens": 6},
@@ -80,7 +80,7 @@ def test_a_forked_run_has_the_sweeps_environment_cwd_and_exit_code(tiny_policy_d
 KEEPER = """
 import os, sys, time
 from pathlib import Path
-from lmpo.experiments import launcher
+from lmpo.experiments.run import launcher
 argv = [sys.executable, "-m", "lmpo", "train", "--config", sys.argv[1], "--run-dir",
         sys.argv[2], "--quiet"]
 proc = launcher.start(argv, Path(sys.argv[3]), dict(os.environ))
@@ -118,7 +118,7 @@ def test_a_run_dies_with_its_sweep(tiny_policy_dir, tmp_path):
 
 
 def test_a_ray_task_asks_for_a_gpu_for_cuda_and_for_auto_on_a_node_with_one():
-    from lmpo.experiments.ray_launcher import gpus_for
+    from lmpo.experiments.run.ray_launcher import gpus_for
 
     assert [gpus_for(d, 0) for d in ("cuda", "auto", "cpu")] == [1, 0, 0]
     assert [gpus_for(d, 8) for d in ("cuda", "auto", "cpu")] == [1, 1, 0]

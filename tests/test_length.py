@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lmpo.config import ConfigError, load_config
-from lmpo.experiments.trl_mapping import trl_refusals
-from lmpo.experiments.verl_launch import refusals
+from lmpo.experiments.engines.trl_mapping import trl_refusals
+from lmpo.experiments.engines.verl_launch import refusals
 from lmpo.trainer.length import overlong_penalty
 from lmpo.trainer.loop import train
 from lmpo.trainer.metric_names import declared, logs

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.spec import load_experiment, parse_experiment
+from lmpo.experiments.design.spec import load_experiment, parse_experiment
 
 CLAIM = {"kind": "direction", "metric": "eval/reward_mean", "arms": ["a", "b"],
          "expect": "greater", "sentence": "a scores higher at the same KL",
@@ -42,8 +42,8 @@ def by_hand(seed: int, arm: str) -> tuple[list[dict], float]:
 
 
 def test_a_matched_claim_reads_each_run_at_the_level(tmp_path, tiny_policy_dir):
-    from lmpo.experiments.report import report
-    from lmpo.experiments.sweep import plan
+    from lmpo.experiments.report.write import report
+    from lmpo.experiments.run.sweep import plan
 
     data = {"base": {"policy": str(tiny_policy_dir), "log": {"tensorboard": False}},
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}}, "seeds": 6,
@@ -73,7 +73,7 @@ def test_a_matched_claim_reads_each_run_at_the_level(tmp_path, tiny_policy_dir):
 @pytest.mark.parametrize("bad,says", [
     ({"matched": {"x": "kl/ref"}}, r"matched is \{x: METRIC, level: > 0"),
     ({"matched": {"x": "kl/ref", "level": 0.3}, "reduce": "max"}, "it takes no reduce"),
-    ({"kind": "spread", "expect": "lower"}, "matched reads a direction, threshold"),
+    ({"kind": "spread", "expect": "lower"}, "matched reads a direction, equivalence or threshold"),
 ])
 def test_a_malformed_matched_claim_is_one_line(bad, says):
     data = {"arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}}, "steps": 2,

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from lmpo.experiments.labels import judge
-from lmpo.experiments.multiplicity import holm_adjust, step_down_alphas
-from lmpo.experiments.stats import interval, p_value, pitman_morgan
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.labels import judge
+from lmpo.experiments.stats.multiplicity import holm_adjust, step_down_alphas
+from lmpo.experiments.stats.seeds import pitman_morgan
 
 ALPHA = 0.05
 DIRECTION = {"kind": "direction", "expect": "greater", "min_effect": 0.5}
@@ -91,7 +92,7 @@ def test_the_shown_intervals_cover_at_their_nominal_rate(n):
         half = sps.t.ppf((1 + level) / 2, n - 1) * se
         cover = ((m - half <= true) & (true <= m + half)).mean()
         assert cover >= level - 3 * math.sqrt(level * (1 - level) / reps), (level, cover)
-    lo, hi = interval("direction", {}, d[0], np.zeros(n))[1:3]  # the code's own interval
+    lo, hi = claim_kind("direction").interval({}, d[0], np.zeros(n))[1:3]  # the code's own interval
     assert (lo, hi) == pytest.approx((m[0] - sps.t.ppf(0.975, n - 1) * se[0],
                                       m[0] + sps.t.ppf(0.975, n - 1) * se[0]))
 
@@ -131,7 +132,8 @@ def test_tost_p_is_the_larger_one_sided_p():
     d = np.array([0.1, 0.2, 0.3])
     se = 0.1 / math.sqrt(3)
     want = max(sps.t.sf((0.2 + 0.5) / se, 2), sps.t.cdf((0.2 - 0.5) / se, 2))
-    assert p_value("equivalence", claim, d, np.zeros(3)) == pytest.approx(want, rel=1e-12)
+    p = claim_kind("equivalence").p_value(claim, d, np.zeros(3))
+    assert p == pytest.approx(want, rel=1e-12)
     r = judge(claim, d, np.zeros(3), alpha=want)  # at alpha = p: the interval touches
     assert r["ci_holm"][1] == pytest.approx(0.5, rel=1e-9)
 
@@ -143,7 +145,7 @@ def test_labels_agree_with_the_interval_beside_them():
     for _ in range(200):
         m, n = rng.integers(1, 8), rng.integers(3, 12)
         values = rng.normal(rng.normal(0, 0.7, (m, 1)), 1.0, (m, n))
-        ps = [p_value("direction", DIRECTION, x, np.zeros(n)) for x in values]
+        ps = [claim_kind("direction").p_value(DIRECTION, x, np.zeros(n)) for x in values]
         alphas, adjusted = step_down_alphas(ps), holm_adjust(ps)
         for x, alpha, q in zip(values, alphas, adjusted, strict=True):
             r = judge(DIRECTION | {"min_effect": 100.0}, x, np.zeros(n), alpha=alpha, p_adj=q)

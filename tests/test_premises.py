@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.premises import FAILED, MET, UNDECIDED, status
-from lmpo.experiments.spec import load_experiment, parse_experiment
+from lmpo.experiments.design.premises import FAILED, MET, UNDECIDED, status
+from lmpo.experiments.design.spec import load_experiment, parse_experiment
 
 NOISE = [0.02, -0.03, 0.01, -0.01, 0.03, -0.02]
 CLAIM = {"kind": "direction", "metric": "eval/accuracy_trained", "arms": ["a", "b"],
@@ -27,7 +27,7 @@ def premise(bound: float, **extra) -> dict:
 def sweep(tmp_path, policy, premises, entropy: list[float]):
     """A compare directory written by hand: a - b = 0.1 + noise in accuracy; the premise
     arm's final entropy per seed is `entropy`."""
-    from lmpo.experiments.sweep import plan
+    from lmpo.experiments.run.sweep import plan
 
     data = {"base": {"policy": str(policy), "log": {"tensorboard": False}},
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"},
@@ -58,7 +58,7 @@ def sweep(tmp_path, policy, premises, entropy: list[float]):
 ])
 def test_a_premise_gates_the_claims_at_its_level(tmp_path, tiny_policy_dir, entropy, state,
                                                  verdict):
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     out, runs = sweep(tmp_path, tiny_policy_dir, [premise(0.4)], entropy)
     seeds = {yaml.safe_load(r.config.read_text())["seed"] for r in runs if r.arm == "b_premise"}
@@ -81,7 +81,7 @@ def test_a_premise_gates_the_claims_at_its_level(tmp_path, tiny_policy_dir, entr
 def test_a_gain_premise_reads_the_evaluation_before_training(tmp_path, tiny_policy_dir):
     """reduce: gain is the last value minus the evaluation before training (eval.json's
     `before`): "GRPO gains >= 5 points" judged on the premise arm's own seeds."""
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     gain = premise(0.05, metric="eval/accuracy_trained", reduce="gain", expect="above",
                    sentence="GRPO learns here")

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from lmpo.config import ConfigError, load_config
-from lmpo.experiments.trl_mapping import trl_refusals
-from lmpo.experiments.verl_launch import refusals
+from lmpo.experiments.engines.trl_mapping import trl_refusals
+from lmpo.experiments.engines.verl_launch import refusals
 from lmpo.losses import get_loss
 from lmpo.masked import aggregate, prompt_weights
 from lmpo.trainer.loop import train

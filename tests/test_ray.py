@@ -23,8 +23,8 @@ ray = pytest.importorskip("ray", reason="Ray not installed: run `make test-ray`"
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from lmpo.errors import LeaseLost, LmpoError  # noqa: E402
-from lmpo.experiments.ray_launcher import node_path, run_env  # noqa: E402
-from lmpo.experiments.sweep import compare  # noqa: E402
+from lmpo.experiments.run.ray_launcher import node_path, run_env  # noqa: E402
+from lmpo.experiments.run.sweep import compare  # noqa: E402
 from lmpo.locks import LEASE_ENV, check_lease, grant_lease, read_lease  # noqa: E402
 from lmpo.process_env import PROCESS_FILE, comparable  # noqa: E402
 from lmpo.trainer.checkpoint import untimed_rows  # noqa: E402
@@ -246,7 +246,7 @@ def verl_experiment(tmp_path, policy, seeds):
 def verl_jobs(cluster, tiny_policy_dir, tmp_path, monkeypatch):
     """(submit(), the control folder): a tiny two-arm experiment submitted as Ray jobs to
     the test cluster's dashboard, the stand-in in place of verl's trainer."""
-    from lmpo.experiments.verl_jobs import submit_verl_sweep
+    from lmpo.experiments.engines.verl_jobs import submit_verl_sweep
 
     c, _ = cluster
     ctl = tmp_path / "ctl"
@@ -274,7 +274,7 @@ def job_record(out: Path) -> dict:
 def test_verl_jobs_need_the_placeholders_and_a_reachable_job_api(tiny_policy_dir, tmp_path,
                                                                 monkeypatch):
     from lmpo.errors import ConfigError
-    from lmpo.experiments.verl_jobs import submit_verl_sweep
+    from lmpo.experiments.engines.verl_jobs import submit_verl_sweep
 
     for var in ("MODEL_PATH", "DATA", "NNODES"):
         monkeypatch.delenv(var, raising=False)
@@ -330,7 +330,7 @@ def test_verl_runs_as_ray_jobs_one_at_a_time_a_failure_resubmitted_on_rerun(verl
 def test_interrupting_the_driver_stops_its_verl_jobs_and_a_rerun_finishes(verl_jobs,
                                                                           tmp_path,
                                                                           monkeypatch):
-    from lmpo.experiments import verl_jobs as module
+    from lmpo.experiments.engines import verl_jobs as module
 
     submit, ctl = verl_jobs
     out = tmp_path / "out"

@@ -11,8 +11,8 @@ import yaml
 
 pytest.importorskip("trl", reason="TRL not installed: run `make test-trl`")
 pytest.importorskip("ray", reason="Ray not installed: run `make test-trl`")
-from lmpo.experiments.spec import load_experiment  # noqa: E402
-from lmpo.experiments.sweep import compare  # noqa: E402
+from lmpo.experiments.design.spec import load_experiment  # noqa: E402
+from lmpo.experiments.run.sweep import compare  # noqa: E402
 from lmpo.locks import read_lease  # noqa: E402
 from tests.test_ray import JOBS, cluster, processes, rows  # noqa: E402, F401  (cluster: the fixture)
 from tests.test_trl import tiny_sweep_base  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from lmpo.config import merge
-from lmpo.experiments.results import load, rendered
-from lmpo.experiments.spec import arm_config, check_differs, load_experiment
+from lmpo.experiments.design.spec import arm_config, check_differs, load_experiment
+from lmpo.experiments.report.results import load, rendered
 from lmpo.trainer.loop import train
 from tests.test_experiments import TINY_BASE
 from tests.test_trainer import for_tiny_tokenizer
@@ -193,7 +193,7 @@ def test_the_committed_demo_report_renders_its_json():
 def test_the_results_pages_are_generated_from_the_committed_reports():
     """README's summary block and docs/results.md are exactly what the committed
     report.json files and experiments/results/summary.yaml give."""
-    from lmpo.experiments.results import current_readme, entries, results_page
+    from lmpo.experiments.report.results import current_readme, entries, results_page
 
     assert (ROOT / "README.md").read_text() == current_readme(ROOT)
     assert (ROOT / "docs/results.md").read_text() == results_page(ROOT)
@@ -212,7 +212,7 @@ def test_committed_labels_follow_the_step_down_over_their_own_p_values(name):
     it); no interval inside +-min_effect reads direction only / inconclusive /
     underpowered; a dose-response level carries no label of its own; premises are not
     adjusted."""
-    from lmpo.experiments.multiplicity import holm_adjust
+    from lmpo.experiments.stats.multiplicity import holm_adjust
 
     claims = load(ROOT / "experiments/results" / name)["claims"]
     for family in {c.get("family") for c in claims}:

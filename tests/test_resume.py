@@ -15,7 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from lmpo.experiments import launcher
+from lmpo.experiments.run import launcher
 from lmpo.faults import CRASH_EXIT_CODE
 from lmpo.trainer.checkpoint import (
     CheckpointError,

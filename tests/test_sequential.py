@@ -1,4 +1,4 @@
-"""Seeds until decided (`lmpo.experiments.sequential`): the boundaries against a simulation
+"""Seeds until decided (`lmpo.experiments.design.sequential`): the boundaries against a simulation
 of the looks, the design's family-wise error over looks and claims, its power and seed
 count against a fixed design at `max` seeds, the null label at min_effect, and
 `lmpo compare` adding blocks of seeds until the headline claim is decided (runs written
@@ -15,14 +15,14 @@ import yaml
 from scipy import stats as sps
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.multiplicity import holm_adjust
-from lmpo.experiments.sequential import (
+from lmpo.experiments.design.sequential import (
     boundaries,
     check_design,
     nominal,
     run_design,
     spent,
 )
+from lmpo.experiments.stats.multiplicity import holm_adjust
 
 ALPHA = 0.05
 SIZES = [5, 10, 15]
@@ -135,9 +135,9 @@ def fake_execute(effect):
 @pytest.mark.parametrize("effect,seeds,stopped", [(1.0, 6, "decided"), (0.05, 9, "max seeds")])
 def test_compare_adds_blocks_until_the_headline_claim_is_decided(
         effect, seeds, stopped, tmp_path, tiny_policy_dir, monkeypatch):
-    from lmpo.experiments import sweep
-    from lmpo.experiments.report import report
-    from lmpo.experiments.spec import load_experiment
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.report.write import report
+    from lmpo.experiments.run import sweep
 
     data = {"base": {"policy": str(tiny_policy_dir), "log": {"tensorboard": False}},
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}},
@@ -167,7 +167,7 @@ def test_compare_adds_blocks_until_the_headline_claim_is_decided(
 
 def test_the_status_table_rereads_only_the_metrics_files_that_changed(tmp_path, monkeypatch):
     """LastRows reads a run's metrics once, then again only after the file changed."""
-    from lmpo.experiments import sweep
+    from lmpo.experiments.run import sweep
 
     reads = []
     real = sweep.read_rows

@@ -1,4 +1,4 @@
-"""The verdict rules (`lmpo.experiments.stats`) on synthetic per-seed values, no training:
+"""The verdict rules (`lmpo.experiments.stats.seeds`) on synthetic per-seed values, no training:
 every label at its boundary next to its clean counterpart, intervals that cover at their
 nominal rate, an MDE that is detected 80% of the time, the audits' order, Holm's levels."""
 
@@ -10,16 +10,11 @@ import numpy as np
 import pytest
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.audit import config_confounds, judge_claims
-from lmpo.experiments.labels import evaluate_claim, judge
-from lmpo.experiments.spec import parse_experiment
-from lmpo.experiments.stats import (
-    EFFECTIVE,
-    effective_flags,
-    interval,
-    mde_for,
-    power_ncp,
-)
+from lmpo.experiments.design.spec import parse_experiment
+from lmpo.experiments.report.audit import config_confounds, judge_claims
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.labels import evaluate_claim, judge
+from lmpo.experiments.stats.seeds import EFFECTIVE, effective_flags, power_ncp
 
 
 def claim(kind, **kw):
@@ -140,7 +135,7 @@ def test_every_seed_count_uses_the_paired_t_interval():
         a, b = rng.normal(1, 1, n), rng.normal(0, 1, n)
         r = evaluate_claim(claim("direction", expect="greater"), a, b)
         assert r["method"] == "paired t"
-        assert r["ci"] == pytest.approx(list(interval("direction", {}, a, b)[1:3]))
+        assert r["ci"] == pytest.approx(list(claim_kind("direction").interval({}, a, b)[1:3]))
 
 
 # ---------------------------------------------------------------- coverage and power
@@ -153,7 +148,7 @@ def test_the_t_interval_covers_at_its_nominal_rate(n):
     hits = 0
     for _ in range(4000):
         d = rng.normal(0.3, 1.0, size=n)
-        _, lo, hi, _ = interval("direction", c, d, np.zeros(n))
+        _, lo, hi, _ = claim_kind("direction").interval(c, d, np.zeros(n))
         hits += lo <= 0.3 <= hi
     assert abs(hits / 4000 - 0.95) <= 0.015, hits / 4000
 
@@ -164,14 +159,14 @@ def test_a_true_effect_at_the_mde_is_detected_80_percent_of_the_time(n):
     80 +- 5% of 4,000 simulated experiments (and at half the MDE far less often)."""
     rng = np.random.default_rng(10 + n)
     c = claim("direction", expect="greater")
-    effect = mde_for("direction", "greater", 1.0, n)
+    effect = claim_kind("direction").mde_for("greater", 1.0, n)
     assert effect == pytest.approx(power_ncp(n - 1) / math.sqrt(n))
 
     def rate(delta):
         holds = 0
         for _ in range(4000):
             d = rng.normal(delta, 1.0, size=n)
-            _, lo, _, _ = interval("direction", c, d, np.zeros(n))
+            _, lo, _, _ = claim_kind("direction").interval(c, d, np.zeros(n))
             holds += lo > 0
         return holds / 4000
 
@@ -182,11 +177,12 @@ def test_a_true_effect_at_the_mde_is_detected_80_percent_of_the_time(n):
 def test_the_spread_mde_is_the_ratio_the_paired_test_resolves():
     """Pitman-Morgan's MDE: none below 4 seeds (Fisher's z needs n - 3 > 0), far from 1
     at 5 seeds, tightening with n and with the arms' correlation; 'lower' mirrors 'higher'."""
-    assert math.isinf(mde_for("spread", "higher", 0, 3))
-    hi5, hi10 = mde_for("spread", "higher", 0, 5), mde_for("spread", "higher", 0, 10)
+    spread = claim_kind("spread")
+    assert math.isinf(spread.mde_for("higher", 0, 3))
+    hi5, hi10 = spread.mde_for("higher", 0, 5), spread.mde_for("higher", 0, 10)
     assert hi5 > hi10 > 1
-    assert mde_for("spread", "lower", 0, 10) == pytest.approx(1 / hi10)
-    assert mde_for("spread", "higher", 0, 10, r=0.9) < hi10
+    assert claim_kind("spread").mde_for("lower", 0, 10) == pytest.approx(1 / hi10)
+    assert claim_kind("spread").mde_for("higher", 0, 10, r=0.9) < hi10
 
 
 # ---------------------------------------------------------------- power, audits, order
@@ -201,7 +197,7 @@ def test_underpowered_or_negligible_replace_a_weak_verdict(
                                                 if min_effect else {})
     r = judge(c, *NOISY)
     assert r["verdict"] == verdict and r["mde"] == pytest.approx(
-        mde_for("direction", "greater", float(np.std(NOISY[0], ddof=1)), 5))
+        claim_kind("direction").mde_for("greater", float(np.std(NOISY[0], ddof=1)), 5))
     if verdict == "underpowered":
         assert r["reason"] == f"MDE {r['mde']:.3g} > min_effect 0.1" and \
             r["first"] == "direction only"

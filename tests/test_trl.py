@@ -206,7 +206,7 @@ def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy
     import yaml
 
     from lmpo.cli import main
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     base = tiny_sweep_base(tiny_policy_dir) | {"threads": 1}
     path = tmp_path / "exp.yaml"
@@ -240,7 +240,7 @@ def test_a_comparison_runs_on_trl_and_lmpo_report_reads_it(tmp_path, tiny_policy
     logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (run_dir / "metrics.jsonl").unlink()
     (run_dir / "eval.json").unlink()
-    from lmpo.experiments.report import collect
+    from lmpo.experiments.report.write import collect
 
     again = collect(out)["runs"][("cegppo", 1)]
     assert again["engine"] == "trl" and again["finished"]

@@ -14,8 +14,8 @@ import yaml
 from lmpo.cli import main
 from lmpo.config import load_config
 from lmpo.errors import ConfigError
-from lmpo.experiments.spec import load_experiment
-from lmpo.experiments.upfront import check_experiment
+from lmpo.experiments.design.spec import load_experiment
+from lmpo.experiments.run.upfront import check_experiment
 from lmpo.losses import list_losses
 from lmpo.trainer.metric_names import declared, logs
 from lmpo.trainer.train_config import TrainConfig

@@ -18,8 +18,8 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
-from lmpo.experiments.spec import load_experiment  # noqa: E402
-from lmpo.experiments.verl_launch import hydra_value, launch  # noqa: E402
+from lmpo.experiments.design.spec import load_experiment  # noqa: E402
+from lmpo.experiments.engines.verl_launch import hydra_value, launch  # noqa: E402
 from lmpo.integrations import verl as lmpo_verl  # noqa: E402
 from lmpo.losses import aggregate, get_loss, loss_meta  # noqa: E402
 from tests.test_verl import batch  # noqa: E402
@@ -96,7 +96,7 @@ def test_lmpo_report_judges_runs_that_verls_file_logger_wrote(tmp_path, monkeypa
     from verl.utils.tracking import FileLogger
 
     from lmpo.cli import main
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({
@@ -138,7 +138,7 @@ def test_an_adaptive_kl_in_the_reward_reads_back_as_verls_adaptive_kl_ctrl():
     adaptive, target_kl, horizon, kl_coef), read back from verl's composed config and
     built by verl's own `get_kl_controller`."""
     from lmpo.config import load_config
-    from lmpo.experiments.verl_launch import kl_settings
+    from lmpo.experiments.engines.verl_launch import kl_settings
     from lmpo.trainer.train_config import TrainConfig
 
     cfg = load_config(TrainConfig, "ppo_clip", [
@@ -159,7 +159,7 @@ def test_the_optimal_token_baseline_reads_back_with_verls_sum_pi_squared_pass():
     sum_pi_squared (without it verl's trainer asserts); a changed hyper-parameter verl
     cannot read is refused."""
     from lmpo.config import load_config
-    from lmpo.experiments.verl_launch import advantage_settings
+    from lmpo.experiments.engines.verl_launch import advantage_settings
     from lmpo.trainer.train_config import TrainConfig
 
     settings = advantage_settings(load_config(TrainConfig, "otb"))

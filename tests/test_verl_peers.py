@@ -298,7 +298,7 @@ def test_verls_bypass_reinforce_with_sequence_is_is_reinforce_seq_is(threshold, 
 def test_every_kl_kind_equals_verls_value_and_gradient(mine, theirs):
     """lmpo's KL kinds against verl's `core_algos.kl_penalty` under the name
     `lmpo compare --engine verl` writes for each (value and gradient, float64)."""
-    from lmpo.experiments.verl_launch import KL_KINDS
+    from lmpo.experiments.engines.verl_launch import KL_KINDS
     from lmpo.losses import kl_penalty
 
     assert KL_KINDS[mine] == theirs

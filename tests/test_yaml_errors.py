@@ -10,7 +10,7 @@ import yaml
 from lmpo.cli import main
 from lmpo.config import load_config
 from lmpo.errors import ConfigError
-from lmpo.experiments.spec import load_experiment
+from lmpo.experiments.design.spec import load_experiment
 from lmpo.trainer.resume import load_run_config
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.yamlfile import parse_yaml

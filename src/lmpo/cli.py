@@ -253,7 +253,7 @@ def cmd_export_data(args) -> int:
 
     overrides = list(args.overrides) + ([f"task={args.task}"] if args.task else [])
     if args.experiment:
-        from lmpo.experiments.spec import arm_config, load_experiment
+        from lmpo.experiments.design.spec import arm_config, load_experiment
 
         if args.config or not args.arm:
             raise ConfigError("--experiment takes --arm (and --seed), not --config")

@@ -41,8 +41,8 @@ def add_experiment_parsers(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from lmpo.experiments.spec import load_experiment
-    from lmpo.experiments.sweep import compare
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.run.sweep import compare
 
     exp = load_experiment(args.config)
     if args.seeds is not None:
@@ -56,13 +56,13 @@ def cmd_compare(args) -> int:
     if args.address and args.launcher != "ray":
         raise ConfigError("--address is for --launcher ray")
     if args.engine == "verl" and args.launcher == "ray":
-        from lmpo.experiments.verl_jobs import submit_verl_sweep
+        from lmpo.experiments.engines.verl_jobs import submit_verl_sweep
 
         return submit_verl_sweep(exp, args.config, args.out, address=args.address,
                                  jobs=args.jobs, strict=args.strict,
                                  entrypoint=args.verl_entrypoint)
     if args.engine == "verl":
-        from lmpo.experiments.verl_launch import print_verl_sweep
+        from lmpo.experiments.engines.verl_launch import print_verl_sweep
 
         return print_verl_sweep(exp, args.config, args.out, strict=args.strict,
                                 entrypoint=args.verl_entrypoint)
@@ -79,13 +79,13 @@ def cmd_compare(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from lmpo.experiments.report import report
+    from lmpo.experiments.report.write import report
 
     out = report(args.dir, args.out, rejudge=args.rejudge)
     if args.readme:
         import os
 
-        from lmpo.experiments.results import HEADER, load, readme_rows
+        from lmpo.experiments.report.results import HEADER, load, readme_rows
 
         link = os.path.relpath(out, Path.cwd())
         print("\n".join(HEADER + readme_rows(load(out.with_suffix(".json")), args.readme,

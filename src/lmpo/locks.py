@@ -95,7 +95,7 @@ def directory_lock(directory: str | Path, *, what: str,
 
 # ------------------------------------------------ leases with a fencing token
 # flock holds within one machine. A sweep whose runs move between machines (a Ray
-# cluster: lmpo.experiments.ray_launcher) hands each attempt of a run a lease: the number
+# cluster: lmpo.experiments.run.ray_launcher) hands each attempt of a run a lease: the number
 # in `run_dir/.lease`, one more than the last attempt's, given to the writer in LMPO_LEASE.
 # A writer whose number is no longer the file's (its node was cut off and the run moved on)
 # stops before writing. Without LMPO_LEASE (a local run) there is no check.

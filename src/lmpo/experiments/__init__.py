@@ -1,6 +1,16 @@
-"""Comparisons: experiment files (`spec`), the sweep behind `lmpo compare` (`sweep`),
-statistics over seeds (`stats`) and `lmpo report` (`report`, `plots`)."""
+"""Comparisons: experiment files, sweeps of runs, statistics over seeds and reports, in
+five wings, lowest first (each imports only the wings before it; tests/test_architecture.py
+checks):
 
-from lmpo.experiments.spec import Experiment, check_differs, load_experiment
+- `stats`: numbers over seeds, multiplicity, labels;
+- `design`: experiment files, claims, premises, conditions, sequential design;
+- `engines`: verl and TRL jobs and their logs;
+- `report`: audits, engagement, claim cards, plots, `lmpo report`, the results pages;
+- `run`: `lmpo compare`, its up-front checks and launchers.
+
+`lmpo.experiments.spec` and `python -m lmpo.experiments.results` keep their public paths.
+"""
+
+from lmpo.experiments.design.spec import Experiment, check_differs, load_experiment
 
 __all__ = ["Experiment", "check_differs", "load_experiment"]

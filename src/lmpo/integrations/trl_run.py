@@ -28,7 +28,7 @@ from pathlib import Path
 from lmpo import process_env
 from lmpo.atomic import write_text
 from lmpo.errors import ConfigError, LmpoError
-from lmpo.experiments.trl_mapping import lmpo_row, trl_refusals
+from lmpo.experiments.engines.trl_mapping import lmpo_row, trl_refusals
 from lmpo.locks import check_lease
 
 

@@ -13,7 +13,7 @@ docs and adapters so that none of them names a loss:
   the loss's preset (its mechanism acts at all; a smoke test).
 - `engagement`: the method's own diagnostic, shown beside a claim's measured same-batch
   engagement as context (docs/reproductions.md).
-- `mediates`: effective quantities (`lmpo.experiments.stats.EFFECTIVE`) a change to this
+- `mediates`: effective quantities (`lmpo.experiments.stats.seeds.EFFECTIVE`) a change to this
   loss moves by design: never a confound of a claim whose arms differ in it (estimators
   default to `adv_abs_mean`, controllers to `rollout_tokens` and `update_share`).
 - `post_update`: post-update diagnostics (`lmpo.losses.diagnostics`) the trainer runs on

@@ -164,7 +164,7 @@ def build_filter(rollout_cfg, pad_token_id: int):
 
 
 
-# What a filter changes by design (`lmpo.experiments.stats.EFFECTIVE`): a claim whose arms
+# What a filter changes by design (`lmpo.experiments.stats.seeds.EFFECTIVE`): a claim whose arms
 # differ in one of these keys is never confounded by it.
 MEDIATES = {"rollout.dynamic_sampling": ("update_share", "rollout_tokens"),
             "rollout.max_gen_batches": ("rollout_tokens",)}

@@ -1,5 +1,5 @@
 """The metrics a config's run logs, known before it runs: an experiment's claims are
-checked against them before the first run starts (lmpo.experiments.spec).
+checked against them before the first run starts (lmpo.experiments.design.spec).
 
 Exact names wherever a part can say them: the trainer's own row (`CORE`), the loss's
 metrics (the loss called on a dummy batch), the post-update diagnostics' (the same), a

@@ -41,6 +41,8 @@ quantity.
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.kinds.direction import Direction
 
 MET, FAILED, UNDECIDED = "met", "failed", "undecided"
 
@@ -49,7 +51,7 @@ def check_premises(premises, arms: list[str], n_claims: int, where: str,
                    conditions: dict | None) -> list[dict]:
     """The premises, each a claim with `source` (required) and `gates` (claim indices,
     default all); a ConfigError for a malformed one."""
-    from lmpo.experiments.claims import check_claim
+    from lmpo.experiments.design.claims import check_claim
 
     if premises is None:
         return []
@@ -73,7 +75,7 @@ def check_premises(premises, arms: list[str], n_claims: int, where: str,
         versus = premise.get("versus")
         if versus is not None:  # an arm at each level against itself at `versus`
             levels = list((conditions or {}).get("levels") or {})
-            if versus not in levels or claim.get("kind") != "direction" or not (
+            if versus not in levels or claim.get("kind") != Direction.name or not (
                     isinstance(claim.get("arms"), list) and len(claim["arms"]) == 1):
                 raise ConfigError(f"{at}: versus names a condition level ({', '.join(levels)}"
                                   " or none) and takes a direction premise on one arm, read "
@@ -120,12 +122,9 @@ def status(result: dict, premise: dict | None = None) -> tuple[str, str]:
         return MET, ""
     if verdict in ("contradicted", "negligible"):
         return FAILED, verdict
-    if premise is not None and premise["kind"] == "threshold" and verdict == "not met":
-        lo, hi = result.get("ci_holm") or result.get("ci") or (None, None)
-        bound = float(premise["bound"])
-        below = premise["expect"] == "below"
-        if lo is not None and (lo > bound if below else hi < bound):
-            return FAILED, f"interval wholly {'above' if below else 'below'} {bound:g}"
+    why = claim_kind(premise["kind"]).premise_failed(premise, result) if premise else None
+    if why:
+        return FAILED, why
     return UNDECIDED, f"{verdict}" + (f": {result['reason']}" if result.get("reason") else "")
 
 
@@ -138,7 +137,7 @@ def gate(results: list[dict]) -> None:
             continue
         blocking = [p for p in premises if r.get("index") in p["gates"]
                     and p.get("level") == r.get("level")
-                    or (r.get("kind") == "dose_response" and r.get("index") in p["gates"])]
+                    or (claim_kind(r["kind"]).over_levels and r.get("index") in p["gates"])]
         failed = [p for p in blocking if p["premise_status"] == FAILED]
         undecided = [p for p in blocking if p["premise_status"] == UNDECIDED]
         worst = failed or undecided

@@ -16,14 +16,14 @@ claims' labels are given.
 Claims in an experiment with conditions name the experiment's arms; `at:` picks the
 levels a claim is judged at (a level, a list, or `all`, the default). A claim at a level
 other than L0 is descriptive. A `dose_response` claim reads the pair's effect at every
-level and judges its trend over the doses (`lmpo.experiments.dose`).
+level and judges its trend over the doses (`lmpo.experiments.design.dose`).
 """
 
 from __future__ import annotations
 
 from lmpo.config import flatten
 from lmpo.errors import ConfigError
-from lmpo.experiments.names import check_name
+from lmpo.experiments.design.names import check_name
 
 ALL = "all"
 

@@ -66,7 +66,7 @@ def verl_rows(path: str | Path) -> tuple[list[dict], dict]:
 def trl_rows(path: str | Path, updates_per_step: int) -> tuple[list[dict], dict]:
     """(rows, before) from TRL's trainer_state.json: each log_history entry with a reward
     becomes the row of rollout batch ceil(step / updates_per_step)."""
-    from lmpo.experiments.trl_mapping import lmpo_row
+    from lmpo.experiments.engines.trl_mapping import lmpo_row
 
     state = json.loads(Path(path).read_text())
     rows = [lmpo_row(entry, -(-int(entry["step"]) // updates_per_step))
@@ -79,7 +79,7 @@ TRL_STATE = Path("trl") / "trainer_state.json"  # where `--engine trl` keeps TRL
 
 def engine_rows(run_dir: Path, cfg_path: Path) -> tuple[list[dict], dict, str] | None:
     """(rows, before, engine) of a run another engine trained in `run_dir`, or None."""
-    from lmpo.experiments.verl_launch import VERL_LOG
+    from lmpo.experiments.engines.verl_launch import VERL_LOG
 
     if (run_dir / VERL_LOG).exists():
         return (*verl_rows(run_dir / VERL_LOG), "verl")

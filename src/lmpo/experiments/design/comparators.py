@@ -19,8 +19,9 @@ from dataclasses import replace
 
 from lmpo.config import build, to_dict
 from lmpo.errors import ConfigError
-from lmpo.experiments.conditions import split_arm
-from lmpo.experiments.keys import NEVER_COUNT, covered
+from lmpo.experiments.design.conditions import split_arm
+from lmpo.experiments.design.keys import NEVER_COUNT, covered
+from lmpo.experiments.stats.kinds import claim_kind
 
 PART_SECTIONS = ("loss", "advantage", "controller")
 PART_KEYS = ("loss.name", "loss.hparams", "loss.agg", "advantage", "controller")
@@ -56,7 +57,7 @@ def claim_pairs(exp) -> dict[str, dict[str, str]]:
         out.setdefault(x, {})[split_arm(y)[0]] = y
 
     for claim in exp.claims:
-        if claim["kind"] == "dose_response":
+        if claim_kind(claim["kind"]).over_levels:
             for pair in claim["by_level"].values():
                 add(pair[0], pair[1])
             continue

@@ -8,7 +8,7 @@ three audits that come before any verdict (docs/reproductions.md):
   tolerance in a quantity that is not one of the treatment's mediators (the claim's
   `mediators`, and what the differing parts declare they change: `mediates`) ->
   "confounded (effective: name = a vs b)"; unequal optimiser steps always count;
-- engagement: the pair's same-batch distance (`lmpo.experiments.engagement`); below the
+- engagement: the pair's same-batch distance (`lmpo.experiments.report.engagement`); below the
   floor, with an interval that includes the null -> "not engaged". A fixed `engaged`
   level (with its `source`) is judged the same way: a significant result is never hidden.
 """
@@ -20,28 +20,33 @@ import math
 import numpy as np
 
 from lmpo.config import flat_config
-from lmpo.experiments.claims import arm_pairs, claim_values, describe_claim, mediators
-from lmpo.experiments.dose import level_results, seed_effects, slopes, trend_claim, trend_values
-from lmpo.experiments.engagement import (
+from lmpo.experiments.design.claims import arm_pairs, claim_values, describe_claim, mediators
+from lmpo.experiments.design.dose import (
+    level_results,
+    seed_effects,
+    slopes,
+    trend_claim,
+    trend_values,
+)
+from lmpo.experiments.design.keys import NEVER_COUNT, covered
+from lmpo.experiments.design.premises import gate
+from lmpo.experiments.design.premises import status as premise_status
+from lmpo.experiments.report.engagement import (
     DEFAULT_FLOOR,
     below_floor,
     claim_engagement,
     not_measured,
     part_mediators,
 )
-from lmpo.experiments.keys import NEVER_COUNT, covered
-from lmpo.experiments.labels import judge
-from lmpo.experiments.multiplicity import family_size, holm_adjust, step_down_alphas
-from lmpo.experiments.premises import gate
-from lmpo.experiments.premises import status as premise_status
-from lmpo.experiments.stats import (
+from lmpo.experiments.stats.kinds import claim_kind, claim_p
+from lmpo.experiments.stats.labels import judge
+from lmpo.experiments.stats.multiplicity import family_size, holm_adjust, step_down_alphas
+from lmpo.experiments.stats.seeds import (
     ALPHA,
     EFFECTIVE,
     PRE_CLIP,
-    claim_p,
     effective_flags,
     effective_value,
-    per_seed,
     reduce_metric,
 )
 
@@ -167,7 +172,7 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
     exp = data["experiment"]
     reduce, k = claim.get("reduce", "final"), int(claim.get("k", 20))
     floor = float(claim.get("engaged_floor", floor))
-    if claim["kind"] == "dose_response":
+    if claim_kind(claim["kind"]).over_levels:
         return prepare_dose(claim, data, flats, means, floor)
     unreached: dict = {}
     if "matched" in claim:
@@ -189,7 +194,7 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
 def matched_values(data: dict, claim: dict) -> tuple[dict, dict]:
     """({arm: {seed: the metric where the run's drift first reaches the level}}, {arm:
     [the finished seeds whose run never reaches it]}): a matched claim's values."""
-    from lmpo.experiments.frontier import curve, read_at
+    from lmpo.experiments.design.frontier import curve, read_at
 
     m = claim["matched"]
     per_arm, unreached = {}, {}
@@ -263,7 +268,7 @@ def fixed_source(claim: dict) -> str:
 def judge_claims(data: dict) -> list[dict]:
     """Every claim of the (expanded) experiment judged on its finished runs: audits and
     engagement first, then the label from Holm's step-down within its family (headline,
-    secondary or descriptive claims; `lmpo.experiments.multiplicity`)."""
+    secondary or descriptive claims; `lmpo.experiments.stats.multiplicity`)."""
     exp = data["experiment"]
     flats, table = arm_configs(data), effective_table(data)
     means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
@@ -277,7 +282,8 @@ def judge_claims(data: dict) -> list[dict]:
     results = []
     for i, (p, (alpha, p_adj, family)) in enumerate(zip(prepared, families, strict=True)):
         claim = p["claim"]
-        judged = trend_claim(claim) if claim["kind"] == "dose_response" else claim
+        over_levels = claim_kind(claim["kind"]).over_levels
+        judged = trend_claim(claim) if over_levels else claim
         a, b, extra = p["a"], p["b"], {}
         if i in looks:  # the headline family of a sequential design: its looks decide
             look = looks[i]
@@ -291,7 +297,7 @@ def judge_claims(data: dict) -> list[dict]:
         result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
                        not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
                        p_adj=p_adj) | family | extra
-        if claim["kind"] == "dose_response":
+        if over_levels:
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}
         if p["engine"]:
@@ -326,7 +332,7 @@ def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:
 def sequential_record(exp, prepared: list[dict]) -> dict:
     """The sequential design replayed over the headline family (`lmpo.experiments.
     sequential.run_design`, with `by_claim`: {claim index: its look}); {} without."""
-    from lmpo.experiments.sequential import look_sizes, run_design
+    from lmpo.experiments.design.sequential import look_sizes, run_design
 
     if not exp.design:
         return {}
@@ -335,10 +341,8 @@ def sequential_record(exp, prepared: list[dict]) -> dict:
     values = []
     for i in heads:
         p, claim = prepared[i], prepared[i]["claim"]
-        kind = "direction" if claim["kind"] == "dose_response" else claim["kind"]
-        x = per_seed(kind, claim, np.asarray(p["a"], dtype=float),
-                     np.asarray(p["b"], dtype=float))
-        values.append(x - float(claim["bound"]) if kind == "threshold" else x)
+        kind = claim_kind(claim_kind(claim["kind"]).judged_kind)
+        values.append(kind.centered(claim, p["a"], p["b"]))
     design = run_design(values, [prepared[i]["claim"].get("min_effect") for i in heads],
                         look_sizes(exp.design))
     design["by_claim"] = {i: c for i, c in zip(heads, design["claims"], strict=True)

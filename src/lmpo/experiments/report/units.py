@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import math
 
+from lmpo.experiments.stats.kinds import claim_kind
+
 POINTS = ("eval/accuracy", "reward/accuracy", "accuracy")
 
 
-def unit(metric: str, kind: str = "direction", statistic: str | None = None,
+def unit(metric: str, kind: str | None = None, statistic: str | None = None,
          reduce: str | None = None) -> tuple[float, str, str]:
-    """(scale, suffix, style) for a claim's statistic; style: points | sig | tokens |
-    ratio."""
-    if kind == "equivalence" and statistic == "ratio":  # a / b - 1: a relative difference
-        return 100.0, "%", "points"
-    if kind == "spread" or statistic == "ratio" or reduce == "last_over_first":
+    """(scale, suffix, style) for a claim's statistic (its kind's units where the kind
+    decides them: `ClaimKind.unit`); style: points | sig | tokens | ratio."""
+    own = claim_kind(kind).unit(statistic) if kind else None
+    if own:
+        return own
+    if statistic == "ratio" or reduce == "last_over_first":
         return 1.0, " ×", "ratio"
     if any(metric.startswith(p) for p in POINTS[:2]) or metric.endswith("/accuracy"):
         return 100.0, " pts", "points"
@@ -56,7 +59,7 @@ def number(x, style: str, scale: float = 1.0, sign: bool = True) -> str:
     return sig(v, 3, sign and style != "ratio")
 
 
-def value_ci(x, ci, metric: str, kind: str = "direction", statistic: str | None = None,
+def value_ci(x, ci, metric: str, kind: str | None = None, statistic: str | None = None,
              reduce: str | None = None, sign: bool = True) -> str:
     """"+15.8 [+6.2, +25.4] pts"."""
     scale, suffix, style = unit(metric, kind, statistic, reduce)
@@ -67,7 +70,7 @@ def value_ci(x, ci, metric: str, kind: str = "direction", statistic: str | None 
     return body + suffix
 
 
-def amount(x, metric: str, kind: str = "direction", statistic: str | None = None,
+def amount(x, metric: str, kind: str | None = None, statistic: str | None = None,
            reduce: str | None = None) -> str:
     """A size (an MDE, a min_effect) in the claim's units, unsigned."""
     scale, suffix, style = unit(metric, kind, statistic, reduce)

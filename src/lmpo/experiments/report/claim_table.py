@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import math
 
-from lmpo.experiments.units import amount, value_ci
+from lmpo.experiments.report.units import amount, value_ci
+from lmpo.experiments.stats.kinds import claim_kind
 
 REJUDGED = "re-judged"
 
 
 def fmt(x) -> str:
     """A plain number for the per-arm tables: 3 significant digits, never an exponent."""
-    from lmpo.experiments.units import sig
+    from lmpo.experiments.report.units import sig
 
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -36,12 +37,12 @@ def units_of(c: dict) -> dict:
     """The keyword arguments `value_ci` / `amount` need for a claim's statistic."""
     metric = c.get("metric") or c["claim"].split(":")[0].split(" (")[0]
     statistic = c.get("statistic")
-    if statistic is None and c["kind"] in ("threshold", "equivalence"):
+    if statistic is None and claim_kind(c["kind"]).statistics:
         text = c["claim"]
         statistic = "ratio" if " / " in text.split(":", 1)[-1] else None
     reduce = c.get("reduce") or ("last_over_first" if "/ first" in c["claim"] else None)
-    return {"metric": metric, "kind": "direction" if c["kind"] == "dose_response" else
-            c["kind"], "statistic": statistic, "reduce": reduce}
+    return {"metric": metric, "kind": claim_kind(c["kind"]).judged_kind,
+            "statistic": statistic, "reduce": reduce}
 
 
 def effect_text(c: dict, key: str = "ci") -> str:
@@ -53,10 +54,11 @@ def label_reason(c: dict) -> str:
     inside +-min_effect; an audit's reason as written; "" where the reason is only the
     MDE of a decided claim."""
     reason, u = c.get("reason") or "", units_of(c)
-    verdict, small = c["verdict"], c.get("min_effect")
-    if verdict == "underpowered" and c["kind"] == "equivalence" and c.get("margin"):
+    verdict, small, kind = c["verdict"], c.get("min_effect"), claim_kind(c["kind"])
+    if verdict == "underpowered" and kind.bound_key == "margin" and c.get("margin"):
         return f"MDE {amount(c.get('mde'), **u)} > margin {amount(c['margin'], **u)}"
-    if verdict == "underpowered" and c["kind"] not in ("spread", "equivalence") and small:
+    if verdict == "underpowered" and kind.bound_key == "min_effect" and \
+            not kind.mde_is_ratio and small:
         return f"MDE {amount(c.get('mde'), **u)} > min_effect {amount(small, **u)}"
     if verdict == "negligible" and small is not None:
         return f"interval inside ±{amount(small, **u)}"
@@ -107,7 +109,7 @@ def test_line(c: dict) -> str:
     family = c.get("family") or c.get("role") or "headline"
     size = c.get("family_size")
     fam = f"{family} family of {size}" if size else f"{family} family"
-    test = {"equivalence": "TOST p", "spread": "Pitman-Morgan p"}.get(c["kind"], "p")
+    test = claim_kind(c["kind"]).test_name
     adj = c.get("p_adj")
     adj_text = f", Holm-adjusted {pval(adj)}" if adj is not None else ""
     level = c.get("holm_level")
@@ -127,7 +129,7 @@ def card(i: int, c: dict) -> list[str]:
     sentence = c["sentence"].strip().replace("\n", " ")
     improve = c.get("p_improve")
     better = (f"; the first arm ahead in {improve * c['n']:.3g} of {c['n']} seeds"
-              if improve is not None and c["kind"] != "dose_response" else "")
+              if improve is not None and not claim_kind(c["kind"]).over_levels else "")
     power = f"MDE {amount(c.get('mde'), **u)}" + (
         f" (min_effect {amount(c['min_effect'], **u)})" if c.get("min_effect") else "")
     missing = c.get("unreached") or {}
@@ -150,7 +152,7 @@ def why_unmeasured(c: dict) -> str:
 
 
 def premise_lines(premises: list[dict]) -> list[str]:
-    """The premises, judged per level before the claims (lmpo.experiments.premises)."""
+    """The premises, judged per level before the claims (lmpo.experiments.design.premises)."""
     if not premises:
         return []
     lines = ["", "## Premises", "",
@@ -184,7 +186,7 @@ def claim_lines(claims: list[dict]) -> list[str]:
     lines.append("")
     for i, c in enumerate(claims, 1):
         lines += card(i, c)
-        if c["kind"] == "dose_response":
+        if claim_kind(c["kind"]).over_levels:
             lines += dose_lines(c, claims)
     return lines
 
@@ -193,7 +195,8 @@ def level_label(c: dict, level: str, claims: list[dict]) -> str:
     """The label of the level claim that makes the same comparison (metric, arms, reduce)
     at `level`, or '-'."""
     for other in claims:
-        if other["kind"] == "direction" and other.get("level") == level and \
+        if other["kind"] == claim_kind(c["kind"]).judged_kind and \
+                other.get("level") == level and \
                 other.get("metric") == c.get("metric") and other.get("arms") == c.get(
                     "arms") and other["claim"].split(":")[0] == c["claim"].split(":")[0]:
             return f"{other['verdict']} (claim {claims.index(other) + 1})"

@@ -2,7 +2,7 @@
 
 Only finished runs enter the numbers (a run that failed or is still running is
 listed in the setup). Each number is a per-seed value reduced from the run's
-metrics.jsonl (`lmpo.experiments.stats`); the tables give mean +- std over seeds
+metrics.jsonl (`lmpo.experiments.stats.seeds`); the tables give mean +- std over seeds
 and a 95% bootstrap CI; claims get paired-bootstrap verdicts.
 """
 
@@ -21,21 +21,21 @@ from lmpo import __version__
 from lmpo.atomic import write_text
 from lmpo.errors import ConfigError
 from lmpo.evaluate import metrics_row
-from lmpo.experiments.audit import (
+from lmpo.experiments.design.frontier import frontier_lines, frontier_table
+from lmpo.experiments.design.keys import COMPARATOR_KEY
+from lmpo.experiments.design.spec import parse_experiment
+from lmpo.experiments.engines.engine_logs import engine_rows
+from lmpo.experiments.report.audit import (
     arm_configs,
     design_decision,
     effective_table,
     judge_claims,
     seed_values,
 )
-from lmpo.experiments.claim_table import claim_lines, fmt, sequential_lines
-from lmpo.experiments.diagnostics import method_diagnostics
-from lmpo.experiments.engagement import DEFAULT_FLOOR
-from lmpo.experiments.engine_logs import engine_rows
-from lmpo.experiments.frontier import frontier_lines, frontier_table
-from lmpo.experiments.keys import COMPARATOR_KEY
-from lmpo.experiments.spec import parse_experiment
-from lmpo.experiments.stats import LEGACY_EFFECTIVE, summarize
+from lmpo.experiments.report.claim_table import claim_lines, fmt, sequential_lines
+from lmpo.experiments.report.diagnostics import method_diagnostics
+from lmpo.experiments.report.engagement import DEFAULT_FLOOR
+from lmpo.experiments.stats.seeds import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.process_env import cpu_model
 from lmpo.trainer.checkpoint import read_rows
@@ -111,7 +111,7 @@ def collect(root: Path) -> dict:
                            root.name,
                            str(saved)).expand()
     if exp.design:  # seeds until decided: the looks this directory has started
-        from lmpo.experiments.sequential import taken_seeds
+        from lmpo.experiments.design.sequential import taken_seeds
 
         exp.seeds = taken_seeds(root, exp)
     runs = {}
@@ -217,9 +217,9 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None,
            rejudge: bool = False) -> Path:
     """Write report.md, report.json and the plots; print the per-arm table. Returns the
     path of report.md. `rejudge`: the report already at `out` gives each claim's earlier
-    label (`lmpo.experiments.rejudge`)."""
-    from lmpo.experiments.plots import write_dose_plots, write_plots
-    from lmpo.experiments.rejudge import carry, earlier_labels
+    label (`lmpo.experiments.report.rejudge`)."""
+    from lmpo.experiments.report.plots import write_dose_plots, write_plots
+    from lmpo.experiments.report.rejudge import carry, earlier_labels
 
     root = Path(root)
     out = Path(out) if out else root / "report.md"

@@ -13,7 +13,7 @@ Every run is `python -m lmpo train --config configs/... --run-dir runs/... --res
 so a second invocation skips finished runs and continues killed ones from their
 checkpoints (a run is deterministic for a given thread count, and `--jobs J` fixes
 threads = cores / J). On Linux each run is forked from a server that has imported the
-trainer once (lmpo.experiments.launcher), not a fresh interpreter. Run processes die with
+trainer once (lmpo.experiments.run.launcher), not a fresh interpreter. Run processes die with
 the sweep (Linux parent-death signal), so `kill -9` of the sweep leaves nothing running.
 Pending runs start seed by seed (every arm of the first seed, then of the next), so a
 sweep stopped part-way holds whole seeds of every arm rather than every seed of the first
@@ -38,9 +38,9 @@ import yaml
 from lmpo.atomic import write_text
 from lmpo.config import save_config
 from lmpo.errors import ConfigError, Interrupted, LmpoError
-from lmpo.experiments import launcher
-from lmpo.experiments.spec import RUN_KEYS, Experiment, arm_config, check_differs
-from lmpo.experiments.upfront import check_experiment
+from lmpo.experiments.design.spec import RUN_KEYS, Experiment, arm_config, check_differs
+from lmpo.experiments.run import launcher
+from lmpo.experiments.run.upfront import check_experiment
 from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
 
@@ -77,7 +77,7 @@ def finished(run_dir: Path, steps: int) -> bool:
 def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Run]:
     """Check the experiment, write its configs under `out` and return its runs.
 
-    Everything is checked before anything is written (lmpo.experiments.upfront: every
+    Everything is checked before anything is written (lmpo.experiments.run.upfront: every
     arm builds, trains on tiers its task has, and logs every metric the claims read;
     `differs_in`): a broken arm stops the sweep before its first run, not after the
     others have trained."""
@@ -128,7 +128,7 @@ def start_order(exp: Experiment, runs: list[Run]) -> list[Run]:
 def engine_refusals(engine: str, cfg) -> list[str]:
     """What `engine` cannot express in `cfg` (lmpo expresses everything)."""
     if engine == "trl":
-        from lmpo.experiments.trl_mapping import trl_refusals
+        from lmpo.experiments.engines.trl_mapping import trl_refusals
 
         return trl_refusals(cfg)
     return []
@@ -295,9 +295,9 @@ def read_history(path: Path) -> list:
 def next_look(exp: Experiment, out: Path) -> list[int] | None:
     """The seeds of the next look of a sequential design, or None where the headline
     family is decided or `max` is reached (said in one line either way)."""
-    from lmpo.experiments.audit import design_decision
-    from lmpo.experiments.report import collect
-    from lmpo.experiments.sequential import all_seeds
+    from lmpo.experiments.design.sequential import all_seeds
+    from lmpo.experiments.report.audit import design_decision
+    from lmpo.experiments.report.write import collect
 
     decision = design_decision(collect(out))
     looks = ", ".join(f"{x['n']} seeds" for x in decision["looks"])
@@ -336,7 +336,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
 
     `launcher_name` "pool" runs at most `jobs` runs at once here; "ray" runs them as Ray
     tasks, `jobs` per node, on the cluster at `address` (None: a local Ray this call
-    starts and stops; lmpo.experiments.ray_launcher). The sweep holds `out`'s lock
+    starts and stops; lmpo.experiments.run.ray_launcher). The sweep holds `out`'s lock
     throughout (a second `lmpo compare` on it fails at once, naming this one); each run's
     process holds its own run directory's. An `out` this call created is removed again if
     the experiment cannot be planned."""
@@ -348,7 +348,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
     fresh = not out.exists()
     with directory_lock(out, what="lmpo compare"):
         if exp.design and (out / "experiment.yaml").exists():
-            from lmpo.experiments.sequential import taken_seeds
+            from lmpo.experiments.design.sequential import taken_seeds
 
             exp.seeds = taken_seeds(out, exp)  # resume at the looks already started
         try:
@@ -368,7 +368,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
         while True:
             prebuild(runs, out)
             if launcher_name == "ray":
-                from lmpo.experiments.ray_launcher import RayPool
+                from lmpo.experiments.run.ray_launcher import RayPool
 
                 pool = RayPool(jobs, out, address=address)
             else:

@@ -25,23 +25,24 @@
                                            # set before the run
       paper_effect: "+2.1 points (AIME24)" # context only, never compared
 
-`lmpo.experiments.stats` judges it; docs/reproductions.md states the rules.
+`lmpo.experiments.stats.seeds` judges it; docs/reproductions.md states the rules.
 """
 
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.stats import (
+from lmpo.experiments.stats.kinds import CLAIM_KINDS, claim_kind
+from lmpo.experiments.stats.seeds import (
     ALWAYS_CONFOUNDS,
     EFFECTIVE,
-    EXPECT,
     LEGACY_EFFECTIVE,
     REDUCERS,
 )
+from lmpo.registry import nearest
 
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
-            "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary", "x",
+            "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary",
             "matched", "descriptive"}
 
 
@@ -77,39 +78,37 @@ def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | Non
     if "k" in claim and (isinstance(claim["k"], bool) or not isinstance(claim["k"], int)
                          or claim["k"] < 1):
         raise ConfigError(f"{where}: k must be an int >= 1, got {claim['k']!r}")
-    kind = claim.get("kind")
-    if kind == "dose_response":
+    name = claim.get("kind")
+    if not isinstance(name, str) or name not in CLAIM_KINDS.names():
+        raise ConfigError(f"{where}: kind must be one of {', '.join(CLAIM_KINDS.names())}, "
+                          f"got {name!r}{nearest(str(name), CLAIM_KINDS.names())}")
+    kind = claim_kind(name)
+    if kind.over_levels:
         check_dose_response(claim, arms, where, conditions or {})
         check_audit_fields(claim, arms, where)
         return
-    if "x" in claim:
-        raise ConfigError(f"{where}: x is a dose_response claim's key")
-    if kind not in EXPECT:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(EXPECT)}, got {kind!r}")
-    need = BASE_KEYS | ({"expect"} if kind != "equivalence" else {"margin"})
-    if kind == "threshold":
-        need |= {"bound", "statistic"}
+    for key in sorted(set(claim) - kind.allows - kind.needs):
+        owners = [k for k in CLAIM_KINDS.names() if key in claim_kind(k).allows]
+        if owners and not any(key in claim_kind(k).needs for k in CLAIM_KINDS.names()):
+            raise ConfigError(f"{where}: {key} is a {owners[0]} claim's key")
+    need = BASE_KEYS | kind.needs
     missing = sorted(need - set(claim))
     if missing:
-        raise ConfigError(f"{where}: a {kind} claim needs {missing}")
-    allowed = need | OPTIONAL | ({"statistic"} if kind == "equivalence" else set())
+        raise ConfigError(f"{where}: a {name} claim needs {missing}")
+    allowed = need | OPTIONAL | kind.allows
     extra = sorted(set(claim) - allowed)
     if extra:
         raise ConfigError(f"{where}: unknown claim key(s) {extra}; valid: {sorted(allowed)}")
-    statistics = {"threshold": ("ratio", "difference", "value"),
-                  "equivalence": ("difference", "ratio")}.get(kind)
-    if statistics and claim.get("statistic", "difference") not in statistics:
-        raise ConfigError(f"{where}: statistic must be one of {statistics} for a {kind} claim")
+    if kind.statistics and claim.get("statistic", "difference") not in kind.statistics:
+        raise ConfigError(f"{where}: statistic must be one of {kind.statistics} for a {name} "
+                          "claim")
     check_arms(claim, arms, where)
     check_matched(claim, where)
-    if kind != "equivalence" and claim["expect"] not in EXPECT[kind]:
-        raise ConfigError(f"{where}: expect must be one of {EXPECT[kind]} for a {kind} claim")
+    kind.check_own(claim, where)
     if claim.get("reduce", "final") not in REDUCERS:
         raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
-    if kind == "equivalence" and not claim["margin"] > 0:
-        raise ConfigError(f"{where}: margin must be > 0")
     check_audit_fields(claim, arms, where)
-    from lmpo.experiments.conditions import claim_levels
+    from lmpo.experiments.design.conditions import claim_levels
 
     claim_levels(claim, conditions or {}, where)
 
@@ -117,12 +116,14 @@ def check_claim(claim: dict, arms: list[str], where: str, conditions: dict | Non
 def check_matched(claim: dict, where: str) -> None:
     """`matched: {x: kl/ref, level: 0.3, window: 10}`: the metric is read, per run, where
     its drift `x` (the training mean over `window` steps) first reaches `level`
-    (lmpo.experiments.frontier.read_at), not reduced over the run."""
+    (lmpo.experiments.design.frontier.read_at), not reduced over the run."""
     if "matched" not in claim:
         return
     m = claim["matched"]
-    if claim["kind"] not in ("direction", "threshold", "equivalence"):
-        raise ConfigError(f"{where}: matched reads a direction, threshold or equivalence "
+    if not claim_kind(claim["kind"]).matched:
+        takes = [k for k in CLAIM_KINDS.names() if claim_kind(k).matched
+                 and not claim_kind(k).over_levels]
+        raise ConfigError(f"{where}: matched reads a {', '.join(takes[:-1])} or {takes[-1]} "
                           "claim at a drift level")
     if not isinstance(m, dict) or set(m) - {"x", "level", "window"} or \
             not isinstance(m.get("x"), str) or isinstance(m.get("level"), bool) or \
@@ -136,32 +137,33 @@ def check_matched(claim: dict, where: str) -> None:
 
 
 def check_dose_response(claim: dict, arms: list[str], where: str, conditions: dict) -> None:
-    need = BASE_KEYS | {"expect"}
+    """A claim over the condition levels (a trend): its keys, >= 2 levels, two arms."""
+    kind = claim_kind(claim["kind"])
+    name = kind.name
+    need = BASE_KEYS | kind.needs
     missing = sorted(need - set(claim))
     if missing:
-        raise ConfigError(f"{where}: a dose_response claim needs {missing}")
-    extra = sorted((set(claim) - need - OPTIONAL) | ({"at"} & set(claim)))
+        raise ConfigError(f"{where}: a {name} claim needs {missing}")
+    valid = need | OPTIONAL | kind.allows
+    extra = sorted((set(claim) - valid) | ({"at"} & set(claim)))
     if extra:
-        raise ConfigError(f"{where}: unknown dose_response key(s) {extra}; valid: "
-                          f"{sorted(need | OPTIONAL - {'at'})}")
+        raise ConfigError(f"{where}: unknown {name} key(s) {extra}; valid: "
+                          f"{sorted(valid - {'at'})}")
     if len((conditions or {}).get("levels") or {}) < 2:
-        raise ConfigError(f"{where}: a dose_response claim needs conditions with >= 2 levels")
+        raise ConfigError(f"{where}: a {name} claim needs conditions with >= 2 levels")
     pair = claim["arms"]
     if not (isinstance(pair, list) and len(pair) == 2 and all(a in arms for a in pair)
             and pair[0] != pair[1]):
         raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
-    if claim["expect"] not in EXPECT["dose_response"]:
-        raise ConfigError(f"{where}: expect must be one of {EXPECT['dose_response']} (the "
-                          "sign of the effect's slope over the dose)")
+    kind.check_own(claim, where)
     if claim.get("reduce", "final") not in REDUCERS:
         raise ConfigError(f"{where}: reduce must be one of {REDUCERS}")
-    if "x" in claim and not isinstance(claim["x"], str):
-        raise ConfigError(f"{where}: x must be a metric name")
 
 
 def check_arms(claim: dict, arms: list[str], where: str) -> None:
-    pair, one = claim["arms"], claim.get("statistic") == "value"
-    if claim["kind"] == "direction" and isinstance(pair, list) and len(pair) == 4:
+    pair, counts = claim["arms"], claim_kind(claim["kind"]).arm_counts(claim)
+    one = counts == (1,)
+    if 4 in counts and isinstance(pair, list) and len(pair) == 4:
         if not (all(a in arms for a in pair) and pair[0] != pair[1] and pair[2] != pair[3]):
             raise ConfigError(f"{where}: a comparison of gains names four arms of {arms} "
                               f"(a - b vs c - d), got {pair!r}")
@@ -258,20 +260,6 @@ def describe_claim(claim: dict) -> str:
                            "max": " (max over the run)", "mean": " (mean over the run)",
                            "sum": " (summed over the run)"}.get(
         claim.get("reduce", "final"), "")
-    kind = claim["kind"]
     if "matched" in claim:
         m += f" at {claim['matched']['x']} = {claim['matched']['level']:g}"
-    if kind == "dose_response":
-        return (f"{m}: slope of ({a} - {b}) over the dose "
-                f"{'>' if claim['expect'] == 'greater' else '<'} 0")
-    if kind == "direction":
-        return f"{m}: {a} {'>' if claim['expect'] == 'greater' else '<'} {b}"
-    if kind == "threshold":
-        stat = {"ratio": f"{b} / {a}", "difference": f"{b} - {a}", "value": a}[
-            claim["statistic"]]
-        return f"{m}: {stat} {'<=' if claim['expect'] == 'below' else '>='} {claim['bound']}"
-    if kind == "equivalence":
-        if claim.get("statistic") == "ratio":
-            return f"{m}: |{a} / {b} - 1| <= {claim['margin']}"
-        return f"{m}: |{a} - {b}| <= {claim['margin']}"
-    return f"{m}: std({a}) {'<' if claim['expect'] == 'lower' else '>'} std({b})"
+    return claim_kind(claim["kind"]).describe(claim, m, a, b)

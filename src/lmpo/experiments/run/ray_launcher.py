@@ -49,7 +49,7 @@ from pathlib import Path
 import yaml
 
 from lmpo.errors import ConfigError, LmpoError, on_sigterm
-from lmpo.experiments.launcher import Outcome, start
+from lmpo.experiments.run.launcher import Outcome, start
 from lmpo.locks import LEASE_ENV, grant_lease
 from lmpo.process_env import thread_env
 
@@ -158,7 +158,7 @@ class Task:
 
 
 class RayPool:
-    """The launcher `lmpo.experiments.sweep.execute` drives (see the module docstring)."""
+    """The launcher `lmpo.experiments.run.sweep.execute` drives (see the module docstring)."""
 
     name, retries = "ray", RETRIES
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.stats.kinds import claim_kind
 from lmpo.registry import nearest
 
 
 def arm_configs(flat, seed: int) -> dict:
     """{arm: TrainConfig} of every run arm of the expanded experiment `flat`; one
     ConfigError naming every arm that does not build."""
-    from lmpo.experiments.spec import arm_config
+    from lmpo.experiments.design.spec import arm_config
 
     configs, broken = {}, []
     for arm in flat.arms:
@@ -58,7 +59,7 @@ def read_metrics(flat) -> list[tuple[str, str, list[str]]]:
     for claim in flat.claims:
         where = f"claims[{claim['index']}]"
         arms = claim.get("arms", [])
-        if claim["kind"] == "dose_response":
+        if claim_kind(claim["kind"]).over_levels:
             arms = [a for pair in claim["by_level"].values() for a in pair]
         out.append((where, claim["metric"], arms))
         if "x" in claim:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmpo.experiments.multiplicity import holm_adjust, step_down_alphas
-from lmpo.experiments.stats import interval, p_value
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.multiplicity import holm_adjust, step_down_alphas
 
 
 def seed_effects(per_level: dict[str, tuple[dict, dict]], seeds: list[int]
@@ -45,18 +45,19 @@ def trend_claim(claim: dict) -> dict:
     """The direction claim a trend is judged as (its per-seed values: the change over the
     dose range, against 0)."""
     return {k: v for k, v in claim.items() if k not in ("x", "by_level")} | {
-        "kind": "direction"}
+        "kind": claim_kind(claim["kind"]).judged_kind}
 
 
 def level_results(claim: dict, effects: np.ndarray, levels: list[str]) -> list[dict]:
     """The effect at each level with its 95% interval and its interval adjusted over the
-    levels (Holm's step-down, `lmpo.experiments.multiplicity`): descriptive, never a
+    levels (Holm's step-down, `lmpo.experiments.stats.multiplicity`): descriptive, never a
     label (the same comparison's level claim, where the experiment makes one, carries
     it)."""
     pseudo = trend_claim(claim)
+    judged = claim_kind(pseudo["kind"])
     zeros = np.zeros(effects.shape[0])
     enough = effects.shape[0] >= 3
-    ps = [p_value("direction", pseudo, effects[:, j], zeros) if enough else float("nan")
+    ps = [judged.p_value(pseudo, effects[:, j], zeros) if enough else float("nan")
           for j in range(len(levels))]
     alphas, adjusted = step_down_alphas(ps), holm_adjust(ps)
     out = []
@@ -66,8 +67,8 @@ def level_results(claim: dict, effects: np.ndarray, levels: list[str]) -> list[d
             out.append({"level": level, "effect": float(x.mean()) if x.size else None,
                         "ci": None, "ci_holm": None, "n": int(x.size)})
             continue
-        point, lo, hi, _ = interval("direction", pseudo, x, zeros)
-        ci_adj = list(interval("direction", pseudo, x, zeros, 1 - alphas[j])[1:3])
+        point, lo, hi, _ = judged.interval(pseudo, x, zeros)
+        ci_adj = list(judged.interval(pseudo, x, zeros, 1 - alphas[j])[1:3])
         out.append({"level": level, "effect": point, "ci": [lo, hi], "ci_holm": ci_adj,
                     "p": ps[j], "p_adj": adjusted[j], "n": int(x.size)})
     return out

@@ -1,6 +1,6 @@
 """`lmpo compare --engine verl --launcher ray`: each verl launch submitted as a Ray job.
 
-The launches are those `lmpo compare --engine verl` prints (`lmpo.experiments.verl_launch`),
+The launches are those `lmpo compare --engine verl` prints (`lmpo.experiments.engines.verl_launch`),
 submitted through Ray's job submission API to the cluster at `--address` (the dashboard's
 address, `http://HEAD:8265`; without it, a local Ray this call starts, dashboard included,
 and stops). Every job's entrypoint runs in a shell on the cluster's head node, so
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lmpo.errors import ConfigError, LmpoError, on_sigterm
-from lmpo.experiments.verl_launch import ENTRYPOINT, launch, shell_word, write_plan
+from lmpo.experiments.engines.verl_launch import ENTRYPOINT, launch, shell_word, write_plan
 from lmpo.locks import directory_lock
 
 USER_VARS = ("MODEL_PATH", "GPUS_PER_NODE", "NNODES", "MICRO_BATCH", "DATA")

@@ -39,8 +39,9 @@ import numpy as np
 from scipy import stats as sps
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.claims import claim_role
-from lmpo.experiments.stats import ALPHA
+from lmpo.experiments.design.claims import claim_role
+from lmpo.experiments.stats.kinds import claim_kind
+from lmpo.experiments.stats.seeds import ALPHA
 
 KEYS = {"first", "start", "max", "step"}
 GRID = 801  # points of the integration grid per look
@@ -226,9 +227,10 @@ def sequential_design(value, claims: list, where: str, conditions=None) -> dict 
     if not heads:
         raise ConfigError(f"{where}: sequential seeds decide headline claims, and every "
                           "claim here is descriptive: give a fixed seed list")
-    bad = [i for i in heads if claims[i].get("kind") in ("equivalence", "spread")]
+    bad = [i for i in heads if not claim_kind(claims[i]["kind"]).sequential_headline]
     if bad:
+        kinds = ", ".join(dict.fromkeys(claims[i]["kind"] for i in bad))
         raise ConfigError(f"{where}: sequential seeds decide headline claims by a paired t "
-                          f"test; claims {bad} (equivalence, spread) cannot be headline claims "
+                          f"test; claims {bad} ({kinds}) cannot be headline claims "
                           "here: mark the others `primary: true`, or give a fixed seed list")
     return design

@@ -32,8 +32,8 @@ import math
 import numpy as np
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.conditions import run_arm, split_arm
-from lmpo.experiments.stats import interval, summarize
+from lmpo.experiments.design.conditions import run_arm, split_arm
+from lmpo.experiments.stats.seeds import mean_interval, summarize
 
 KEYS = {"x", "ys", "levels", "window", "peak", "pairs"}
 
@@ -137,7 +137,7 @@ def pair_differences(per_seed: dict, pairs: list[list[str]], levels: int) -> dic
                 d = d[np.isfinite(d)]
                 mean, lo, hi = (float(d.mean()) if d.size else math.nan), math.nan, math.nan
                 if d.size > 1:  # the claims' interval on the per-seed differences
-                    mean, lo, hi, _ = interval("direction", {}, d, np.zeros_like(d))
+                    mean, lo, hi, _ = mean_interval(d)
                 rows.append({"mean": mean, "ci": [lo, hi], "n": int(d.size)})
             out[f"{name} - {other}"] = rows
     return out

@@ -262,7 +262,7 @@ def launch(exp, arm, seed: int, out=None) -> Launch:
     """The verl launch of one arm x seed (settings, refusals and data folder); with `out`
     (a compare directory), verl's file logger writes the run's metrics into its run
     directory, `runs/<arm>/seed<k>/verl.jsonl`, where `lmpo report` reads them."""
-    from lmpo.experiments.spec import arm_config
+    from lmpo.experiments.design.spec import arm_config
 
     cfg = arm_config(exp, arm, seed)
     key = data_key(cfg)
@@ -315,7 +315,7 @@ def write_plan(exp, out) -> None:
     import yaml
 
     from lmpo.config import save_config
-    from lmpo.experiments.spec import arm_config
+    from lmpo.experiments.design.spec import arm_config
 
     (out / "configs").mkdir(parents=True, exist_ok=True)
     write_text(out / "experiment.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))

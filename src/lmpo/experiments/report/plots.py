@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lmpo.experiments.diagnostics import method_diagnostics
+from lmpo.experiments.report.diagnostics import method_diagnostics
+from lmpo.experiments.stats.kinds import claim_kind
 
 CURVES = ["reward/mean", "reward/accuracy", "policy/entropy", "kl/ref",
           "eval/accuracy_trained", "tokens/cumulative"]
@@ -63,7 +64,7 @@ def arm_styles(names: list[str]) -> dict[str, dict]:
     (`arm@level`), so an arm keeps its colour across levels."""
     from matplotlib import colormaps
 
-    from lmpo.experiments.conditions import split_arm
+    from lmpo.experiments.design.conditions import split_arm
 
     bases = list(dict.fromkeys(split_arm(n)[0] for n in names))
     levels = list(dict.fromkeys(split_arm(n)[1] for n in names))
@@ -152,7 +153,7 @@ def write_dose_plots(claims: list[dict], folder: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     written = []
-    for k, c in enumerate(x for x in claims if x["kind"] == "dose_response"):
+    for k, c in enumerate(x for x in claims if claim_kind(x["kind"]).over_levels):
         levels = [lv for lv in c.get("levels", []) if "effect" in lv]
         if not levels:
             continue

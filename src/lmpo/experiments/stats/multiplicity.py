@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from lmpo.experiments.stats import ALPHA
+from lmpo.experiments.stats.seeds import ALPHA
 
 
 def holm_adjust(ps: list[float]) -> list[float]:

@@ -14,8 +14,8 @@ detectable effect (MDE) at 80% power at the labelling level (noncentral t from t
 per-seed sd; for equivalence the interval's expected half-width; for spread the std ratio
 Pitman-Morgan's test resolves, by Fisher's z at the arms' correlation), compared with the
 claim's `min_effect`. The labels, and the order they are decided in:
-`lmpo.experiments.labels`; multiplicity: `lmpo.experiments.multiplicity`; seeds until
-decided: `lmpo.experiments.sequential`.
+`lmpo.experiments.stats.labels`; multiplicity: `lmpo.experiments.stats.multiplicity`; seeds until
+decided: `lmpo.experiments.design.sequential`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,6 @@ SEED = 0
 MIN_SEEDS = 3
 REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
             "sum", "gain")
-EXPECT = {"direction": ("greater", "less"), "threshold": ("below", "above"),
-          "equivalence": (None,), "spread": ("lower", "higher"),
-          "dose_response": ("greater", "less")}
 WEAK = ("direction only", "inconclusive", "not met", "not shown")  # what underpowered replaces
 LABELS = ("insufficient seeds", "confounded", "not engaged", "holds", "contradicted",
           "negligible", "underpowered", *WEAK)  # in the order they are decided
@@ -123,17 +120,7 @@ def summarize(x) -> dict:
             "ci": list(bootstrap_mean_ci(x)), "n": int(x.size), "values": x.tolist()}
 
 
-# ---------------------------------------------------------------- a claim's numbers
-def per_seed(kind: str, claim: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The claim's statistic, one value per seed (not for spread claims)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if kind == "threshold":
-            return {"value": a, "ratio": b / a, "difference": b - a}[claim["statistic"]]
-        if kind == "equivalence" and claim.get("statistic") == "ratio":
-            return a / b - 1.0
-        return a - b
-
-
+# ---------------------------------------------------------------- tests' arithmetic
 def spread_ratio(a: np.ndarray, b: np.ndarray, axis=None):
     with np.errstate(divide="ignore", invalid="ignore"):
         return a.std(axis=axis, ddof=1) / b.std(axis=axis, ddof=1)
@@ -173,27 +160,6 @@ def pitman_morgan(a: np.ndarray, b: np.ndarray, level: float = LEVEL
     return p, math.sqrt(f * (k - root)), math.sqrt(f * (k + root))
 
 
-def interval(kind: str, claim: dict, a, b, level: float = LEVEL) -> tuple[float, float, float,
-                                                                        str]:
-    """(point, lo, hi, method) of the claim's statistic: a paired t interval on the per-seed
-    statistic (the inversion of the claim's own test, at any seed count), or for a spread
-    claim the Pitman-Morgan interval of the std ratio. No bootstrap: a percentile
-    bootstrap covers ~74% at n = 3 and ~82% at n = 5, and would not agree with the p."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if kind == "spread":
-        _, lo, hi = pitman_morgan(a, b, level)
-        return float(spread_ratio(a, b)), lo, hi, "Pitman-Morgan"
-    x = per_seed(kind, claim, a, b)
-    return float(x.mean()), *t_interval(x, level), "paired t"
-
-
-def labelling_level(kind: str, alpha: float) -> float:
-    """The level of the interval a claim's label reads at per-claim `alpha`: 1 - alpha for
-    a two-sided test, 1 - 2 alpha for an equivalence claim (two one-sided tests at alpha:
-    the interval lies within the margin exactly when the TOST p <= alpha)."""
-    return 1 - 2 * alpha if kind == "equivalence" else 1 - alpha
-
-
 @functools.cache
 def power_ncp(df: int, level: float = LEVEL, power: float = POWER) -> float:
     """The noncentrality at which a one-sided rejection at the two-sided `level`'s critical
@@ -216,75 +182,11 @@ def spread_mde(expect: str | None, r: float, n: int, level: float = LEVEL) -> fl
     return math.sqrt(1 / theta) if expect == "lower" else math.sqrt(theta)
 
 
-def mde_for(kind: str, expect: str | None, sd: float, n: int, level: float = LEVEL,
-            r: float = 0.0) -> float:
-    """The minimum detectable effect at 80% power of a claim of `kind` whose per-seed
-    statistic has standard deviation `sd` over `n` seeds, at the interval's `level`
-    (spread: the std ratio, from the arms' correlation `r`; `sd` unused)."""
-    if kind == "spread":
-        return spread_mde(expect, r, n, level)
-    if kind == "equivalence":
-        return float(sps.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n))
-    return power_ncp(n - 1, level) * sd / math.sqrt(n)
-
-
-def mde(kind: str, claim: dict, a, b, level: float = LEVEL) -> float:
-    if kind == "spread":
-        r = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else 0.0
-        return mde_for(kind, claim.get("expect"), 0.0, a.size, level, r)
-    sd = float(per_seed(kind, claim, a, b).std(ddof=1))
-    return mde_for(kind, claim.get("expect"), sd, a.size, level)
-
-
-def underpowered(kind: str, claim: dict, m: float) -> float | None:
-    """The level `m` (the MDE) fails, or None: min_effect (equivalence: the margin); a
-    spread claim's MDE is a ratio, failing when it is further from 1 than min_effect."""
-    level = claim.get("margin") if kind == "equivalence" else claim.get("min_effect")
-    if level is None or math.isnan(m):
-        return None
-    if kind == "spread":
-        short = m < level if claim["expect"] == "lower" else m > level
-    else:
-        short = m > level
-    return level if short else None
-
-
-def p_value(kind: str, claim: dict, a, b) -> float:
-    """The p of the claim's test: two-sided paired t against 0 (direction) or the bound
-    (threshold); the larger of the two one-sided p values against -+margin (equivalence:
-    TOST); Pitman-Morgan's for a ratio of stds of 1 (spread)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if kind == "spread":
-        return pitman_morgan(a, b)[0]
-    x = per_seed(kind, claim, a, b)
-    m, sd, n = float(x.mean()), float(x.std(ddof=1)), x.size
-    if kind == "equivalence":
-        margin = float(claim["margin"])
-        if sd == 0:
-            return 0.0 if abs(m) <= margin else 1.0
-        se = sd / math.sqrt(n)
-        return float(max(sps.t.sf((m + margin) / se, n - 1), sps.t.cdf((m - margin) / se, n - 1)))
-    null = float(claim["bound"]) if kind == "threshold" else 0.0
-    if sd == 0:
-        return 0.0 if m != null else 1.0
-    t = (m - null) / (sd / math.sqrt(n))
-    return float(2 * sps.t.sf(abs(t), n - 1))
-
-
-def claim_p(claim: dict, a, b=None) -> float:
-    """The claim's p value from per-seed values (NaN below MIN_SEEDS)."""
-    a = np.asarray(a, dtype=float)
-    b = a if b is None else np.asarray(b, dtype=float)
-    return math.nan if a.size < MIN_SEEDS else p_value(claim["kind"], claim, a, b)
-
-
-def improvement(kind: str, a, b) -> float | None:
-    """The probability of improvement: the share of seeds whose first arm's value beats
-    the second's (ties count half); context, not a test. None for a claim on one value."""
-    if kind not in ("direction", "equivalence", "spread") or a is b:
-        return None
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    return float(((d > 0).sum() + 0.5 * (d == 0).sum()) / d.size) if d.size else None
+def mean_interval(x, level: float = LEVEL) -> tuple[float, float, float, str]:
+    """(mean, lo, hi, "paired t"): the t interval of per-seed differences `x` (a
+    direction claim's interval, for the numbers a report shows beside its claims)."""
+    x = np.asarray(x, dtype=float)
+    return float(x.mean()), *t_interval(x, level), "paired t"
 
 
 def effective_flags(pairs: list[tuple[str, str]], quantities: dict[str, dict[str, float]],

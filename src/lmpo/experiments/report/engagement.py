@@ -1,7 +1,7 @@
 """A claim's engagement: how far its treatment moved the update, measured on the same batch.
 
 The first arm of a claim's pair logs, on its own batches, the distance of its update from
-the other arm's parts (`lmpo.trainer.shadow`, `lmpo.experiments.comparators`): for a loss
+the other arm's parts (`lmpo.trainer.shadow`, `lmpo.experiments.design.comparators`): for a loss
 or an estimator, the total variation between the two policy-loss terms' per-token
 gradient weights (`shadow/<arm>/weight_tv`); for a rollout controller, the share of
 samples whose stop decision would differ (`shadow/<arm>/stop_diff`), or, where the two
@@ -13,7 +13,7 @@ reads, else the whole run), one value per seed, with the claim's interval method
     engagement: {comparator, metric, value, ci: [lo, hi], floor, n, values}
                 or {status: "not measured", reason}
 
-The rule (`lmpo.experiments.stats.judge`): a claim reads "not engaged" only when the
+The rule (`lmpo.experiments.stats.seeds.judge`): a claim reads "not engaged" only when the
 engagement's upper bound is below the floor *and* the claim's labelling interval includes
 the null; an equivalence claim below the floor always reads "not engaged" (equal by
 construction is no evidence). A significant result keeps its label, its engagement
@@ -33,9 +33,9 @@ import math
 
 import numpy as np
 
-from lmpo.experiments.comparators import engagement_metric, unreplayable
-from lmpo.experiments.conditions import split_arm
-from lmpo.experiments.stats import interval, reduce_metric
+from lmpo.experiments.design.comparators import engagement_metric, unreplayable
+from lmpo.experiments.design.conditions import split_arm
+from lmpo.experiments.stats.seeds import mean_interval, reduce_metric
 
 DEFAULT_FLOOR = 0.001  # experiments/results/engagement_floor.json: 0.001
 
@@ -110,7 +110,7 @@ def claim_engagement(data: dict, claim: dict, flats: dict, floor: float,
         return not_measured("no seed has every pair's runs")
     vals = np.array([max(v[s] for v in per_pair) for s in seeds], dtype=float)
     if vals.size >= 2:
-        point, lo, hi, method = interval("direction", {}, vals, np.zeros_like(vals))
+        point, lo, hi, method = mean_interval(vals)
     else:
         point, lo, hi, method = float(vals.mean()), math.nan, math.nan, None
     return {"comparator": " and ".join(y for _, y in pairs), "metric": " / ".join(
