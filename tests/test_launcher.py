@@ -122,3 +122,42 @@ def test_a_ray_task_asks_for_a_gpu_for_cuda_and_for_auto_on_a_node_with_one():
 
     assert [gpus_for(d, 0) for d in ("cuda", "auto", "cpu")] == [1, 0, 0]
     assert [gpus_for(d, 8) for d in ("cuda", "auto", "cpu")] == [1, 1, 0]
+
+
+# ---------------------------------------------------------------- the registry
+def test_every_launcher_is_registered_once_and_keeps_the_protocol():
+    """The command line's choices and the sweep read one registry; each launcher's class
+    has every method of the `Launcher` protocol (pool is built here; Ray's class is read
+    without starting Ray)."""
+    from lmpo.cli import build_parser
+    from lmpo.experiments.run.launchers import LAUNCHERS, Launcher, build_launcher
+    from lmpo.experiments.run.ray_launcher import RayPool
+
+    assert LAUNCHERS.names() == ["pool", "ray"]
+    pool = build_launcher("pool", jobs=2, out=Path("runs/x"))
+    assert isinstance(pool, Launcher) and pool.name == "pool" and pool.free()
+    methods = [m for m in dir(Launcher) if not m.startswith("_")]
+    assert {"free", "start", "poll", "where", "describe", "close"} <= set(methods)
+    assert all(callable(getattr(RayPool, m)) for m in methods if m not in ("name", "retries"))
+    for name in LAUNCHERS.names():
+        meta = LAUNCHERS.meta(name)
+        assert meta["help"] and callable(meta["verl"]), name
+    compare = build_parser()._subparsers._group_actions[0].choices["compare"]
+    (option,) = [a for a in compare._actions if "--launcher" in a.option_strings]
+    assert list(option.choices) == LAUNCHERS.names()
+    assert all(f"{name}: " in option.help for name in LAUNCHERS.names())
+
+
+def test_a_launcher_that_takes_no_address_or_an_unknown_one_is_refused_in_one_line(tmp_path):
+    from lmpo.errors import ConfigError, UnknownName
+    from lmpo.experiments.run.launchers import check_address
+    from lmpo.experiments.run.sweep import compare
+    from lmpo.experiments.spec import load_experiment
+
+    with pytest.raises(ConfigError, match=r"^--address is for --launcher ray$"):
+        check_address("pool", "auto")
+    check_address("ray", "auto")
+    with pytest.raises(UnknownName, match=r"unknown launcher 'rya' \(did you mean 'ray'\?\); "
+                                          r"valid launchers: pool, ray"):
+        compare(load_experiment("demo"), tmp_path / "out", launcher_name="rya")
+    assert not (tmp_path / "out").exists()

@@ -6,6 +6,12 @@ import argparse
 from pathlib import Path
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.run.launchers import (
+    DEFAULT_LAUNCHER,
+    LAUNCHERS,
+    check_address,
+    launcher_help,
+)
 
 
 def add_experiment_parsers(sub) -> None:
@@ -25,8 +31,8 @@ def add_experiment_parsers(sub) -> None:
                          "(with --launcher ray: submit each as a Ray job); trl: TRL's trainer")
     cp.add_argument("--strict", action="store_true",
                     help="with --engine verl: any refused arm is an error")
-    cp.add_argument("--launcher", choices=("pool", "ray"), default="pool",
-                    help="pool: this machine; ray: a Ray task per run (docs/cluster.md)")
+    cp.add_argument("--launcher", choices=LAUNCHERS.names(), default=DEFAULT_LAUNCHER,
+                    help=launcher_help())
     cp.add_argument("--address", help="--launcher ray's cluster (auto, HOST:PORT; with "
                                       "--engine verl http://HEAD:8265; default local)")
     cp.add_argument("--verl-entrypoint", default="python -m verl.trainer.main_ppo",
@@ -53,19 +59,11 @@ def cmd_compare(args) -> int:
         if args.steps < 1:
             raise ConfigError(f"--steps must be >= 1, got {args.steps}")
         exp.steps = args.steps
-    if args.address and args.launcher != "ray":
-        raise ConfigError("--address is for --launcher ray")
-    if args.engine == "verl" and args.launcher == "ray":
-        from lmpo.experiments.engines.verl_jobs import submit_verl_sweep
-
-        return submit_verl_sweep(exp, args.config, args.out, address=args.address,
-                                 jobs=args.jobs, strict=args.strict,
-                                 entrypoint=args.verl_entrypoint)
-    if args.engine == "verl":
-        from lmpo.experiments.engines.verl_launch import print_verl_sweep
-
-        return print_verl_sweep(exp, args.config, args.out, strict=args.strict,
-                                entrypoint=args.verl_entrypoint)
+    check_address(args.launcher, args.address)
+    if args.engine == "verl":  # verl's own jobs, through the launcher (printed or submitted)
+        return LAUNCHERS.meta(args.launcher)["verl"](
+            exp, args.config, args.out, address=args.address, jobs=args.jobs,
+            strict=args.strict, entrypoint=args.verl_entrypoint)
     if not args.out:
         raise ConfigError("--out is required (the sweep's directory)")
     if args.engine == "trl":

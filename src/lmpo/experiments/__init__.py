@@ -9,8 +9,16 @@ checks):
 - `run`: `lmpo compare`, its up-front checks and launchers.
 
 `lmpo.experiments.spec` and `python -m lmpo.experiments.results` keep their public paths.
+The names below are loaded on first use, so that importing a light module of a wing (the
+launchers `lmpo compare --help` lists) does not import the trainer.
 """
 
-from lmpo.experiments.design.spec import Experiment, check_differs, load_experiment
-
 __all__ = ["Experiment", "check_differs", "load_experiment"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from lmpo.experiments.design import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module 'lmpo.experiments' has no attribute {name!r}")

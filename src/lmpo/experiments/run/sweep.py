@@ -39,7 +39,13 @@ from lmpo.atomic import write_text
 from lmpo.config import save_config
 from lmpo.errors import ConfigError, Interrupted, LmpoError
 from lmpo.experiments.design.spec import RUN_KEYS, Experiment, arm_config, check_differs
-from lmpo.experiments.run import launcher
+from lmpo.experiments.run.launchers import (
+    DEFAULT_LAUNCHER,
+    LAUNCHERS,
+    Launcher,
+    build_launcher,
+    check_address,
+)
 from lmpo.experiments.run.upfront import check_experiment
 from lmpo.locks import directory_lock
 from lmpo.trainer.checkpoint import read_rows
@@ -199,9 +205,10 @@ def status_table(exp: Experiment, runs: list[Run], last_rows: LastRows):
     return table
 
 
-def execute(exp: Experiment, runs: list[Run], out: Path, pool, *, live: bool = True) -> None:
-    """Run the pending runs through `pool` (a launcher: `launcher.LocalPool`, or
-    `ray_launcher.RayPool`), as many at once as it has room for, updating each run's
+def execute(exp: Experiment, runs: list[Run], out: Path, pool: Launcher, *,
+            live: bool = True) -> None:
+    """Run the pending runs through `pool` (a launcher: `lmpo.experiments.run.launchers`),
+    as many at once as it has room for, updating each run's
     status. A run whose machine went away runs again (it resumes from its checkpoint), at
     most `pool.retries` times; one that exits with an error is reported failed. Whatever
     ends the sweep, `pool.close()` stops what is still running."""
@@ -330,21 +337,21 @@ def prebuild(runs: list[Run], out: Path | None = None) -> None:
 
 
 def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool = False,
-            live: bool = True, engine: str = "lmpo", launcher_name: str = "pool",
+            live: bool = True, engine: str = "lmpo", launcher_name: str = DEFAULT_LAUNCHER,
             address: str | None = None) -> int:
     """Plan and run (or, with `list_only`, print) the sweep; 0 if every run finished.
 
-    `launcher_name` "pool" runs at most `jobs` runs at once here; "ray" runs them as Ray
-    tasks, `jobs` per node, on the cluster at `address` (None: a local Ray this call
-    starts and stops; lmpo.experiments.run.ray_launcher). The sweep holds `out`'s lock
-    throughout (a second `lmpo compare` on it fails at once, naming this one); each run's
-    process holds its own run directory's. An `out` this call created is removed again if
-    the experiment cannot be planned."""
+    `launcher_name` names a launcher (`lmpo.experiments.run.launchers`): "pool" runs at
+    most `jobs` runs at once here; "ray" runs them as Ray tasks, `jobs` per node, on the
+    cluster at `address` (None: a local Ray this call starts and stops). The sweep holds
+    `out`'s lock throughout (a second `lmpo compare` on it fails at once, naming this
+    one); each run's process holds its own run directory's. An `out` this call created is
+    removed again if the experiment cannot be planned."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    if launcher_name not in ("pool", "ray"):
-        raise ConfigError(f"unknown launcher {launcher_name!r}; valid: pool, ray")
-    out = Path(out).absolute() if launcher_name == "ray" else Path(out)
+    meta = LAUNCHERS.meta(launcher_name)  # one line naming the valid ones
+    check_address(launcher_name, address)
+    out = Path(out).absolute() if meta["absolute_out"] else Path(out)
     fresh = not out.exists()
     with directory_lock(out, what="lmpo compare"):
         if exp.design and (out / "experiment.yaml").exists():
@@ -367,12 +374,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
             return 0
         while True:
             prebuild(runs, out)
-            if launcher_name == "ray":
-                from lmpo.experiments.run.ray_launcher import RayPool
-
-                pool = RayPool(jobs, out, address=address)
-            else:
-                pool = launcher.LocalPool(jobs)
+            pool = build_launcher(launcher_name, jobs=jobs, out=out, address=address)
             execute(exp, runs, out, pool, live=live)
             if not exp.design or any(r.status == "failed" for r in runs):
                 break
