@@ -338,6 +338,19 @@ def test_the_trainers_middle_has_one_run_object_and_a_plain_config():
     assert not hidden, hidden
 
 
+def test_a_run_is_opened_on_a_resolved_policy():
+    """The warm start is built (or found) before a run directory is opened: `open_run`
+    takes the resolved policy folder, and the run-setup module imports nothing from the
+    warm-start builder, whose work would otherwise run under the run's lock."""
+    import inspect
+
+    from lmpo.trainer.setup import open_run
+
+    assert list(inspect.signature(open_run).parameters)[:3] == ["cfg", "run_dir", "policy_dir"]
+    assert not {m for m in imports(SRC / "trainer" / "setup.py")
+                if m in ("lmpo.warmstart", "lmpo.sft", "lmpo.models.convert")}
+
+
 def test_architecture_md_names_every_part_kind_and_metadata_field():
     """docs/architecture.md's parts table stays current: every registry lmpo.methods lists
     (and the post-update diagnostics) and every metadata field a part declares."""

@@ -171,3 +171,23 @@ def test_estimators_that_need_the_trainers_own_passes_are_refused_by_trl():
         assert [w.split(":")[0] for w in why] == [f"advantage.name={name}"]
     assert verl_settings(load_config(TrainConfig, "otb"))[
         "actor_rollout_ref.actor.calculate_sum_pi_squared"] is True
+
+
+def test_a_verl_sweep_builds_each_runs_config_once(tmp_path, capsys, monkeypatch):
+    """Printing, writing the compare directory and the launches read one plan: every arm x
+    seed's config is built once (it was built three times), and the configs written are
+    the ones the launches were made from."""
+    import lmpo.experiments.design.spec as spec
+
+    built = []
+    real = spec.arm_config
+    monkeypatch.setattr(spec, "arm_config", lambda exp, arm, seed: built.append(
+        (arm.name, seed)) or real(exp, arm, seed))
+    path = experiment(tmp_path, {"grpo": {"preset": "grpo"}, "dapo": {"preset": "dapo"}})
+    assert main(["compare", "--config", path, "--out", str(tmp_path / "o"), "--engine",
+                 "verl"]) == 0
+    assert sorted(built) == sorted(set(built)) and len(built) == 4  # 2 arms x 2 seeds
+    written = yaml.safe_load((tmp_path / "o" / "configs" / "dapo-seed1.yaml").read_text())
+    launch = next(x for x in capsys.readouterr().out.splitlines()
+                  if "experiment_name=dapo-seed1" in x)
+    assert f"data.seed={written['seed']}" in launch

@@ -36,6 +36,7 @@ from lmpo.trainer.stages import (
 )
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import NonFiniteError, update
+from lmpo.warmstart import resolve_policy
 
 __all__ = ["NonFiniteError", "train", "train_step", "training_pool"]
 
@@ -46,7 +47,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
     `progress` shows the progress bars; `verbose` (default: as `progress`) prints the
     held-out counts."""
-    run = open_run(cfg, Path(run_dir), resume=resume, progress=progress,
+    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build a warm start
+    run = open_run(cfg, Path(run_dir), policy_dir, resume=resume, progress=progress,
                    verbose=progress if verbose is None else verbose)
     state = run.state
     bar = progress_bar(cfg, state.step, progress)

@@ -5,7 +5,10 @@ its aggregation, the rollout correction, the post-update diagnostics, the advant
 stage of the estimator's family, the objective); the parts with state, the estimator and
 the rollout controller, are built by `build_estimator` and `build_controller_of` and live
 in the run's checkpointed state alone. Every bad value fails here as a ConfigError
-naming its key (`check_parts`, called by validation).
+naming its key (`check_parts`, called by validation). The same-batch comparators
+(`lmpo.trainer.shadow`) build their parts with the same functions (`loss_part`,
+`estimator_part`, `controller_part`), so a comparator's part is the part a run naming it
+would get.
 """
 
 from __future__ import annotations
@@ -52,14 +55,31 @@ def needs_critic(estimator: str) -> bool:
     return estimator in list_advantages() and advantage_meta(estimator)["needs_critic"]
 
 
+def loss_part(name: str, hparams: dict | None, agg: str | None = None) -> tuple[Any, str]:
+    """(the loss `name` with `hparams` bound, its aggregation: `agg`, else its default)."""
+    return get_loss(name, **(hparams or {})), agg or default_aggregation(name)
+
+
+def estimator_part(name: str, hparams: dict | None):
+    """The advantage estimator `name` with `hparams` (fresh state)."""
+    return get_advantage(name, **(hparams or {}))
+
+
+def controller_part(cfg, name: str, hparams: dict | None):
+    """The rollout controller `name` with `hparams`, for `cfg`'s run (its steps, seed and
+    the reward's range)."""
+    low, high, failure = reward_range(cfg.reward)
+    return build_controller(name, hparams or {}, total_steps=cfg.steps, seed=cfg.seed,
+                            failure_reward=failure, reward_range=(low, high))
+
+
 def build_parts(cfg, critic=None) -> Parts:
     """The stateless parts of `cfg` (the loss called once on a dummy token) and, with the
     run's critic (or None), the objective."""
     loss, corr = cfg.loss, cfg.rollout.correction
-    loss_fn = built("loss", lambda: get_loss(loss.name, **loss.hparams))
+    loss_fn, agg = built("loss", lambda: loss_part(loss.name, loss.hparams, loss.agg))
     one = torch.ones(1, 1)
     built("loss.hparams", lambda: loss_fn(one - 2, one - 2, one[0], one))
-    agg = loss.agg or default_aggregation(loss.name)
     return Parts(
         loss_fn=loss_fn, agg=agg,
         post_update=built("log.diagnostics", lambda: bind_post_update(
@@ -71,16 +91,13 @@ def build_parts(cfg, critic=None) -> Parts:
 
 def build_estimator(cfg):
     est = cfg.advantage
-    return built("advantage", lambda: get_advantage(est.name, **est.hparams))
+    return built("advantage", lambda: estimator_part(est.name, est.hparams))
 
 
 def build_controller_of(cfg):
     """The run's rollout controller (`none` stops nothing), with the reward's range."""
     ctl = cfg.controller
-    low, high, failure = reward_range(cfg.reward)
-    return built("controller", lambda: build_controller(
-        ctl.name, ctl.hparams, total_steps=cfg.steps, seed=cfg.seed,
-        failure_reward=failure, reward_range=(low, high)))
+    return built("controller", lambda: controller_part(cfg, ctl.name, ctl.hparams))
 
 
 def build_schedules_of(cfg):

@@ -45,7 +45,6 @@ from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
 from lmpo.trainer.trackers import WandbTracker
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.warmstart import resolve_policy
 
 
 @dataclass
@@ -94,19 +93,20 @@ class Run:
         self.held.close()
 
 
-def open_run(cfg: TrainConfig, run_dir: Path, *, resume: bool, progress: bool,
-             verbose: bool) -> Run:
-    """Check, lock, build and (with `resume`) restore the run in `run_dir`; evaluate the
-    starting policy once (kept in the state, so a resumed run does not redo it). The run
-    holds `run_dir`'s lock (`lmpo.locks`) until `Run.close`. A directory this call
-    created is removed again if the run cannot start (a task file, a reward function or a
-    checkpoint that fails): a bad input leaves nothing behind."""
+def open_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bool,
+             progress: bool, verbose: bool) -> Run:
+    """Check, lock, build and (with `resume`) restore the run in `run_dir` from the policy
+    in `policy_dir` (resolved before: a warm start is built before any run directory is
+    opened, `lmpo.warmstart.resolve_policy`); evaluate the starting policy once (kept in
+    the state, so a resumed run does not redo it). The run holds `run_dir`'s lock
+    (`lmpo.locks`) until `Run.close`. A directory this call created is removed again if
+    the run cannot start (a task file, a reward function or a checkpoint that fails): a
+    bad input leaves nothing behind."""
     parse_crash_spec(os.environ.get(CRASH_ENV))  # a malformed spec fails before any work
     fresh = not run_dir.exists()
     held = contextlib.ExitStack()
     try:  # the directory first: one that cannot be written fails before any work
         held.enter_context(directory_lock(run_dir, what="lmpo train"))
-        policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build a warm start
         run = restore_run(cfg, run_dir, policy_dir, resume=resume, progress=progress,
                           verbose=verbose)
     except BaseException as exc:
@@ -178,7 +178,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         controller=controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         schedules=build_schedules_of(cfg),
-        observers=[obs for obs in (build_shadows(cfg),) if obs is not None],
+        observers=[obs for obs in (build_shadows(cfg, parts.loss_fn),) if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     return Run(run_dir, cfg, parts, task, rt, heldout, state)

@@ -37,13 +37,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lmpo.advantages import advantage_meta, get_advantage
+from lmpo.advantages import advantage_meta
 from lmpo.config import ConfigError
-from lmpo.losses import aggregate, default_aggregation, get_loss
+from lmpo.losses import aggregate
 from lmpo.models.forward import critic_values
-from lmpo.rewards import reward_range
-from lmpo.rollout import build_controller
 from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
+from lmpo.trainer.parts import controller_part, estimator_part, loss_part
 
 PARTS = ("loss", "advantage", "controller")
 PREFIX = "shadow/"
@@ -94,9 +93,8 @@ class Comparator:
 
 
 def build_comparators(cfg) -> list[Comparator]:
-    """The comparators `cfg.log.comparators` names, built (a bad part is a ConfigError
-    naming its key)."""
-
+    """The comparators `cfg.log.comparators` names, built by the functions that build the
+    run's own parts (a bad part is a ConfigError naming its key)."""
     out = []
     for name, spec in (cfg.log.comparators or {}).items():
         where = f"log.comparators.{name}"
@@ -107,25 +105,19 @@ def build_comparators(cfg) -> list[Comparator]:
         try:
             if "loss" in spec:
                 loss = dict(spec["loss"])
-                comp.loss_fn = get_loss(loss["name"], **(loss.get("hparams") or {}))
-                comp.agg = loss.get("agg") or cfg.loss.agg or default_aggregation(loss["name"])
+                comp.loss_fn, comp.agg = loss_part(loss["name"], loss.get("hparams"),
+                                                   loss.get("agg") or cfg.loss.agg)
             if "advantage" in spec:
                 adv = dict(spec["advantage"])
-                comp.estimator = get_advantage(adv["name"], **(adv.get("hparams") or {}))
+                comp.estimator = estimator_part(adv["name"], adv.get("hparams"))
                 comp.estimator_name = adv["name"]
             if "controller" in spec:
                 ctl = dict(spec["controller"])
-                low, high, failure = reward_range(cfg.reward)
-                comp.controller = build_controller(
-                    ctl["name"], ctl.get("hparams") or {}, total_steps=cfg.steps, seed=cfg.seed,
-                    failure_reward=failure, reward_range=(low, high))
-                own = build_controller(cfg.controller.name, cfg.controller.hparams or {},
-                                       total_steps=cfg.steps, seed=cfg.seed,
-                                       failure_reward=failure, reward_range=(low, high))
+                comp.controller = controller_part(cfg, ctl["name"], ctl.get("hparams"))
+                own = controller_part(cfg, cfg.controller.name, cfg.controller.hparams)
                 if "advantage" not in spec and scores_differ(comp.controller, own):
                     comp.rescore = True
-                    comp.estimator = get_advantage(cfg.advantage.name,
-                                                   **(cfg.advantage.hparams or {}))
+                    comp.estimator = estimator_part(cfg.advantage.name, cfg.advantage.hparams)
                     comp.estimator_name = cfg.advantage.name
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc.args[0] if exc.args else exc}") from None
@@ -155,14 +147,13 @@ def check_family(comp: Comparator, cfg, where: str) -> None:
                           "this run trains no critic")
 
 
-def build_shadows(cfg) -> Shadows | None:
-    """The run's comparators (None when it names none)."""
+def build_shadows(cfg, loss_fn) -> Shadows | None:
+    """The run's comparators beside the run's own built loss `loss_fn` (None when it names
+    none)."""
     comparators = build_comparators(cfg)
     if not comparators:
         return None
-
-    return Shadows(comparators, get_loss(cfg.loss.name, **cfg.loss.hparams),
-                   cfg.log.shadow_grad_cos)
+    return Shadows(comparators, loss_fn, cfg.log.shadow_grad_cos)
 
 
 class Shadows:

@@ -41,7 +41,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lmpo.errors import ConfigError, LmpoError, on_sigterm
-from lmpo.experiments.engines.verl_launch import ENTRYPOINT, launch, shell_word, write_plan
+from lmpo.experiments.engines.verl_launch import (
+    ENTRYPOINT,
+    VerlPlan,
+    plan_verl,
+    shell_word,
+    write_plan,
+)
 from lmpo.locks import directory_lock
 
 USER_VARS = ("MODEL_PATH", "GPUS_PER_NODE", "NNODES", "MICRO_BATCH", "DATA")
@@ -66,10 +72,11 @@ class Job:
         return self.name.startswith("export ")
 
 
-def plan_jobs(exp, config_path: str, out: Path, entrypoint: str) -> tuple[list[Job], list[str]]:
-    """The export jobs, then one verl job per launchable arm x seed; with the refusals."""
-    flat = exp.expand()
-    runs = [launch(flat, arm, seed, out) for arm in flat.arms for seed in exp.seeds]
+def plan_jobs(plan: VerlPlan, config_path: str, out: Path, entrypoint: str
+              ) -> tuple[list[Job], list[str]]:
+    """The export jobs, then one verl job per launchable arm x seed of `plan`; with the
+    refusals."""
+    runs = plan.runs
     refused = sorted({f"arm {r.arm}: " + "; ".join(r.refused) for r in runs if r.refused})
     config = str(Path(config_path).resolve()) if Path(config_path).is_file() else config_path
     exports: dict[str, Job] = {}
@@ -234,14 +241,15 @@ def submit_verl_sweep(exp, config_path: str, out: str | None, *, address: str | 
     env = job_env()
     out = Path(out).absolute()
     with directory_lock(out, what="lmpo compare"):
-        planned, refused = plan_jobs(exp, config_path, out, entrypoint)
+        plan = plan_verl(exp, out)
+        planned, refused = plan_jobs(plan, config_path, out, entrypoint)
         for line in refused:
             print(f"# refused: {line}", file=sys.stderr)
         if not any(not j.export for j in planned):
             raise LmpoError("no arm maps to verl")
         if strict and refused:
             return 1
-        write_plan(exp, out)
+        write_plan(plan, out)
         client, started = connect(address)
         previous = signal.signal(signal.SIGTERM, on_sigterm) \
             if threading.current_thread() is threading.main_thread() else None

@@ -258,13 +258,15 @@ def kl_settings(cfg) -> dict:
             **ctrl, "algorithm.kl_ctrl.kl_coef": cfg.kl.coef, "algorithm.kl_penalty": kind}
 
 
-def launch(exp, arm, seed: int, out=None) -> Launch:
-    """The verl launch of one arm x seed (settings, refusals and data folder); with `out`
-    (a compare directory), verl's file logger writes the run's metrics into its run
-    directory, `runs/<arm>/seed<k>/verl.jsonl`, where `lmpo report` reads them."""
-    from lmpo.experiments.design.spec import arm_config
+def launch(exp, arm, seed: int, out=None, cfg=None) -> Launch:
+    """The verl launch of one arm x seed (settings, refusals and data folder) from its
+    config `cfg` (built from the experiment when not given); with `out` (a compare
+    directory), verl's file logger writes the run's metrics into its run directory,
+    `runs/<arm>/seed<k>/verl.jsonl`, where `lmpo report` reads them."""
+    if cfg is None:
+        from lmpo.experiments.design.spec import arm_config
 
-    cfg = arm_config(exp, arm, seed)
+        cfg = arm_config(exp, arm, seed)
     key = data_key(cfg)
     log = str(out.resolve() / "runs" / arm.name / f"seed{seed}" / VERL_LOG) if out else ""
     run = Launch(arm.name, seed, refused=refusals(cfg), data=key, log=log)
@@ -280,16 +282,37 @@ def launch(exp, arm, seed: int, out=None) -> Launch:
     return run
 
 
-def verl_lines(exp, config_path: str, out=None,
+@dataclass
+class VerlPlan:
+    """An experiment planned for verl once: its arms x condition levels (`flat`), every
+    arm x seed's config, and its launch. Printing, writing the compare directory and
+    submitting jobs all read the one plan."""
+
+    exp: object  # the experiment as given (its seeds, its file's contents)
+    flat: object  # exp.expand()
+    configs: dict  # (arm name, seed) -> TrainConfig
+    runs: list  # Launch, arm-major
+
+
+def plan_verl(exp, out=None) -> VerlPlan:
+    """The experiment's verl plan: each config built once, each launch from it (with `out`,
+    each run's verl log in its run directory)."""
+    from lmpo.experiments.design.spec import arm_config
+
+    flat = exp.expand()  # arms x condition levels
+    configs = {(arm.name, seed): arm_config(flat, arm, seed)
+               for arm in flat.arms for seed in exp.seeds}
+    runs = [launch(flat, arm, seed, out, configs[arm.name, seed])
+            for arm in flat.arms for seed in exp.seeds]
+    return VerlPlan(exp, flat, configs, runs)
+
+
+def verl_lines(plan: VerlPlan, config_path: str,
                entrypoint: str = ENTRYPOINT) -> tuple[list[str], int, int]:
     """The lines `lmpo compare --engine verl` prints: one `lmpo export-data` per data folder,
     one verl command per launchable arm x seed, a comment per refused arm; with the
-    numbers of launched and refused runs. With `out`, the compare directory's
-    experiment.yaml and configs are written too (so `lmpo report out` reads the runs)."""
-    if out is not None:
-        write_plan(exp, out)
-    flat = exp.expand()  # arms x condition levels
-    runs = [launch(flat, arm, seed, out) for arm in flat.arms for seed in exp.seeds]
+    numbers of launched and refused runs."""
+    runs = plan.runs
     lines, exported = [], set()
     for run in runs:
         if run.refused or run.data in exported:
@@ -310,21 +333,18 @@ def verl_lines(exp, config_path: str, out=None,
     return lines, launched, len(runs) - launched
 
 
-def write_plan(exp, out) -> None:
-    """experiment.yaml and configs/<arm>-seed<k>.yaml, as `lmpo compare` writes them."""
+def write_plan(plan: VerlPlan, out) -> None:
+    """experiment.yaml and configs/<arm>-seed<k>.yaml, as `lmpo compare` writes them (so
+    `lmpo report out` reads the runs)."""
     import yaml
 
     from lmpo.config import save_config
-    from lmpo.experiments.design.spec import arm_config
 
     (out / "configs").mkdir(parents=True, exist_ok=True)
-    write_text(out / "experiment.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
-    flat = exp.expand()
-    for arm in flat.arms:
-        for seed in exp.seeds:
-            save_config(arm_config(flat, arm, seed),
-                        out / "configs" / f"{arm.name}-seed{seed}.yaml")
-            (out / "runs" / arm.name / f"seed{seed}").mkdir(parents=True, exist_ok=True)
+    write_text(out / "experiment.yaml", yaml.safe_dump(plan.exp.to_dict(), sort_keys=False))
+    for (arm, seed), cfg in plan.configs.items():
+        save_config(cfg, out / "configs" / f"{arm}-seed{seed}.yaml")
+        (out / "runs" / arm / f"seed{seed}").mkdir(parents=True, exist_ok=True)
 
 
 def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool,
@@ -337,7 +357,10 @@ def print_verl_sweep(exp, config_path: str, out: str | None, *, strict: bool,
     out = Path(out) if out else None  # without it: print only
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    lines, launched, refused = verl_lines(exp, config_path, out, entrypoint)
+    plan = plan_verl(exp, out)
+    if out:
+        write_plan(plan, out)
+    lines, launched, refused = verl_lines(plan, config_path, entrypoint)
     header = ["# verl launches of experiment " + exp.name + " (lmpo compare --engine verl)",
               "# set MODEL_PATH, GPUS_PER_NODE, NNODES, MICRO_BATCH and DATA first"]
     if out:
