@@ -47,9 +47,10 @@ from lmpo.config import load_config
 from lmpo.losses import get_loss
 from lmpo.models.forward import forward_logprobs
 from lmpo.rollout import RolloutModel, sample
+from lmpo.trainer.batch import TrainBatch
 from lmpo.trainer.objective import build_objective
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.update import TrainBatch, autocast, update
+from lmpo.trainer.update import autocast, update
 
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,

@@ -277,9 +277,10 @@ def one_update(policy_dir, weights=None, update_mask=None, nll_coef=0.0, correct
     from lmpo.config import load_config
     from lmpo.losses import get_loss
     from lmpo.models import load_policy
+    from lmpo.trainer.batch import TrainBatch
     from lmpo.trainer.objective import build_objective
     from lmpo.trainer.train_config import TrainConfig
-    from lmpo.trainer.update import TrainBatch, accumulate_gradients
+    from lmpo.trainer.update import accumulate_gradients
 
     cfg = load_config(TrainConfig, "grpo", [f"policy={policy_dir}", "rollout.max_new_tokens=5",
                                             f"loss.nll_coef={nll_coef}",

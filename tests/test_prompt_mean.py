@@ -83,8 +83,9 @@ def update_gradient(policy_dir, micro: int, agg: str):
     """The policy gradient of one minibatch of 6 responses to 3 prompts (uneven lengths),
     aggregated by `agg`, in micro-batches of `micro` (float64 model)."""
     from lmpo.models import load_policy
+    from lmpo.trainer.batch import TrainBatch
     from lmpo.trainer.objective import build_objective
-    from lmpo.trainer.update import TrainBatch, accumulate_gradients
+    from lmpo.trainer.update import accumulate_gradients
 
     cfg = load_config(TrainConfig, "grpo", [f"policy={policy_dir}", "rollout.max_new_tokens=5",
                                             f"optim.micro_batch_size={micro}"])

@@ -9,10 +9,11 @@ import torch
 from lmpo.config import load_config
 from lmpo.losses import get_loss
 from lmpo.models import ValueModel, build_policy, build_tokenizer
+from lmpo.trainer.batch import TrainBatch
 from lmpo.trainer.objective import build_objective
 from lmpo.trainer.state import RunState
 from lmpo.trainer.train_config import TrainConfig
-from lmpo.trainer.update import TrainBatch, accumulate_gradients, update
+from lmpo.trainer.update import accumulate_gradients, update
 
 D = torch.float64
 

@@ -1,11 +1,42 @@
-"""Turning a rollout into training tensors: scores per sample, and the explained variance
-of the critic (the passes over the policy and critic: `lmpo.models.forward`)."""
+"""Turning a rollout into training tensors: the batch the update takes (`TrainBatch`),
+scores per sample, and the explained variance of the critic (the passes over the policy
+and critic: `lmpo.models.forward`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from lmpo.rewards import Reward, RewardError
+
+
+@dataclass
+class TrainBatch:
+    """One rollout batch, ready for the update."""
+
+    ids: torch.Tensor  # [B, P+T] prompt + response
+    mask: torch.Tensor  # [B, P+T]
+    resp_ids: torch.Tensor  # [B, T]
+    resp_mask: torch.Tensor  # [B, T] float
+    old_logp: torch.Tensor  # [B, T] behaviour log-probs
+    adv: torch.Tensor  # [B, T]
+    keep: torch.Tensor  # [K] indices of the samples that take part (dynamic sampling)
+    ref_logp: torch.Tensor | None = None  # [B, T], when a KL term needs it
+    old_values: torch.Tensor | None = None  # [B, T], actor-critic only
+    returns: torch.Tensor | None = None  # [B, T], actor-critic only
+    bootstrap: torch.Tensor | None = None  # [B] the value after a truncated stop, or None
+    pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
+    # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
+    pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
+    is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
+    update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
+    # resp_mask): the loss, its token counts and the value loss use it
+    correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
+    kl_coef: float | None = None  # this step's KL coefficient where a schedule sets it
+    group_ids: torch.Tensor | None = None  # [B] each sample's prompt (loss.agg prompt-mean)
+    paths: tuple | None = None  # ([B, T] log-probs, [B, T] sum_v pi_v^2) of the policy at
+    # rollout, where an estimator wants the path statistics (registry metadata wants_paths)
 
 
 def score_rollout(reward: Reward, problems, texts: list[str], stop_reason: list[str], *,

@@ -37,7 +37,7 @@ class LogConfig:
     """Parameters of the post-update diagnostics (lmpo.losses.diagnostics), by name: these
     override the loss's own hyper-parameter and the diagnostic's default."""
     comparators: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Same-batch comparators (lmpo.trainer.shadow), by name: {loss: {name, hparams, agg},
+    """Same-batch comparators (lmpo.trainer.comparators), by name: {loss: {name, hparams, agg},
     advantage: {name, hparams}, controller: {name, hparams}}, each part left out being the
     run's own. Evaluated on every minibatch without changing the update; logs
     shadow/<name>/weight_tv, weight_cos, adv_tv (an estimator), stop_diff (a controller).

@@ -103,7 +103,7 @@ def train_step(step: int, run: Run) -> dict:
     cfg, state, parts, rt = run.cfg, run.state, run.parts, run.rt
     clock = Clock()
     # ================================================================ draw and score
-    drawn, filter_metrics, controller_diag = draw_and_score(step, cfg, state, rt, clock)
+    drawn, filter_metrics, controller_diag = draw_and_score(step, run, clock)
     scored = usable(drawn, cfg.rollout.group_size)
     row: dict = {"step": step, "data/reward_none": float(scored.unscored)}
     if not len(scored.scores):  # nothing to learn from: no update, the step is still logged
@@ -114,9 +114,7 @@ def train_step(step: int, run: Run) -> dict:
                       "tokens/cumulative": float(state.counters.tokens), "train/updates": 0.0,
                       "time/step": clock.elapsed(), "time/tokens_per_s": 0.0}
     row |= shape_scores(scored, cfg)  # reward.overlong, loss.mask_truncated
-    batch, anchors = training_batch(step, cfg, state, scored, rt.device,
-                                    differs=rt.rollout_model.differs, correction=parts.correction,
-                                    paths=rt.path_stats)
+    batch, anchors = training_batch(step, run, scored)
     batch.keep, kept = rt.filter.select(scored)
     row |= anchors | kept | population_metrics(
         scored, batch.keep, batch.pre_entropy, cfg.log.entropy_head_tokens)
@@ -130,7 +128,7 @@ def train_step(step: int, run: Run) -> dict:
                   observers=observers)
     clock.mark("updated")
     # ================================================================ diagnostics
-    row |= after_update(step, cfg, state, parts, batch)
+    row |= after_update(step, run, batch)
     # ================================================================ log
     # with a refill, the filter's reward/* cover every generated sample
     row |= step_metrics(state, scored, lr_at(step, cfg)) | filter_metrics \

@@ -13,12 +13,15 @@ first has `begin_minibatch`:
 
 `trainer/update.py` loops over them: a new cross-cutting feature is a new term or mask
 here, never a branch in the loop. The terms are summed in this order, one backward per
-micro-batch (as before: the rows are bit-identical, tests/test_golden.py).
+micro-batch (tests/test_golden.py holds the rows to the committed golden rows, bit for
+bit). A term says whether it is the policy term (`policy`): the one the same-batch
+comparators replay with their own parts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -30,7 +33,7 @@ from lmpo.models.forward import critic_values
 class Micro:
     """One micro-batch of the update, as every term and mask sees it."""
 
-    batch: object  # lmpo.trainer.update.TrainBatch
+    batch: object  # lmpo.trainer.batch.TrainBatch
     idx: torch.Tensor  # the micro-batch's sample indices
     m: torch.Tensor  # [b, T] its (update) mask
     logp: torch.Tensor  # [b, T] with grad
@@ -103,6 +106,7 @@ class PolicyTerm:
     loss_fn: object
     masks: list = field(default_factory=list)
     name: str = "policy"
+    policy: ClassVar[bool] = True  # what the same-batch comparators replay
 
     @property
     def metrics(self) -> tuple:
@@ -121,6 +125,8 @@ class PolicyTerm:
 class NLLTerm:
     """loss.nll_coef: the mean negative log-likelihood of the correct responses' tokens,
     with those tokens' own counts."""
+
+    policy: ClassVar[bool] = False
 
     coef: float
     name: str = "nll"
@@ -141,6 +147,8 @@ class KLTerm:
     """kl.mode: loss: the KL estimate to the reference in the loss; with
     kl.bias_correction, times the differentiable ratio pi / pi_old."""
 
+    policy: ClassVar[bool] = False
+
     coef: float
     kind: str
     bias_correction: bool
@@ -159,6 +167,8 @@ class KLTerm:
 class EntropyTerm:
     """optim.entropy_coef: an entropy bonus (a negative term)."""
 
+    policy: ClassVar[bool] = False
+
     coef: float
     name: str = "entropy"
     metrics: tuple = ()
@@ -172,6 +182,8 @@ class EntropyTerm:
 class ValueTerm:
     """The critic's clipped value loss, token-mean, times critic.value_coef; logs
     value/loss (its unscaled sum over the micro-batches) and the value metrics."""
+
+    policy: ClassVar[bool] = False
 
     critic: object
     coef: float

@@ -6,7 +6,7 @@ stage of the estimator's family, the objective); the parts with state, the estim
 the rollout controller, are built by `build_estimator` and `build_controller_of` and live
 in the run's checkpointed state alone. Every bad value fails here as a ConfigError
 naming its key (`check_parts`, called by validation). The same-batch comparators
-(`lmpo.trainer.shadow`) build their parts with the same functions (`loss_part`,
+(`lmpo.trainer.comparators`) build their parts with the same functions (`loss_part`,
 `estimator_part`, `controller_part`), so a comparator's part is the part a run naming it
 would get.
 """
@@ -14,7 +14,6 @@ would get.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -27,6 +26,7 @@ from lmpo.rollout import build_controller
 from lmpo.rollout.corrections.chain import build_correction
 from lmpo.trainer.advantage import advantage_stage
 from lmpo.trainer.objective import Objective, build_objective
+from lmpo.trainer.protocols import AdvantageStage, Correction, Loss
 from lmpo.trainer.schedules import build_schedules
 
 
@@ -34,11 +34,11 @@ from lmpo.trainer.schedules import build_schedules
 class Parts:
     """What a config names, built, without state (`build_parts`)."""
 
-    loss_fn: Any
+    loss_fn: Loss
     agg: str
     post_update: list  # post-update diagnostics, parameters bound
-    advantages: Any  # the advantage stage of the estimator's family
-    correction: Any = None  # the rollout correction, or None
+    advantages: AdvantageStage  # the advantage stage of the estimator's family
+    correction: Correction | None = None  # the rollout correction, or None
     objective: Objective | None = None  # the update's terms (with the run's critic)
 
 
@@ -55,7 +55,7 @@ def needs_critic(estimator: str) -> bool:
     return estimator in list_advantages() and advantage_meta(estimator)["needs_critic"]
 
 
-def loss_part(name: str, hparams: dict | None, agg: str | None = None) -> tuple[Any, str]:
+def loss_part(name: str, hparams: dict | None, agg: str | None = None) -> tuple[Loss, str]:
     """(the loss `name` with `hparams` bound, its aggregation: `agg`, else its default)."""
     return get_loss(name, **(hparams or {})), agg or default_aggregation(name)
 

@@ -10,6 +10,7 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,14 +24,15 @@ from lmpo.locks import directory_lock
 from lmpo.models import ValueModel, load_policy
 from lmpo.progress import LoopProgress
 from lmpo.rollout.controllers.base import BelowFailure
-from lmpo.tasks import Sampler, get_task
-from lmpo.tasks.heldout import heldout_split, sample_excluding
+from lmpo.tasks import Sampler, Task, get_task
+from lmpo.tasks.heldout import HeldOut, heldout_split, sample_excluding
 from lmpo.trainer.checkpoint import (
     latest_intact_checkpoint,
     load_checkpoint,
     read_rows,
     truncate_rows,
 )
+from lmpo.trainer.comparators import build_comparator_observer
 from lmpo.trainer.history import PolicyHistory
 from lmpo.trainer.parts import (
     Parts,
@@ -41,10 +43,12 @@ from lmpo.trainer.parts import (
 )
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, adamw, prepare_policy
-from lmpo.trainer.shadow import build_shadows
 from lmpo.trainer.state import RunState
 from lmpo.trainer.trackers import WandbTracker
 from lmpo.trainer.train_config import TrainConfig
+
+if TYPE_CHECKING:  # imported where a run asks for TensorBoard
+    from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -54,12 +58,12 @@ class Run:
     dir: Path
     cfg: TrainConfig
     parts: Parts
-    task: object
+    task: Task
     rt: Runtime
-    heldout: object
+    heldout: HeldOut
     state: RunState
-    writer: object = None  # TensorBoard, when log.tensorboard
-    tracker: object = None  # Weights & Biases, when log.wandb
+    writer: SummaryWriter | None = None  # TensorBoard, when log.tensorboard
+    tracker: WandbTracker | None = None  # Weights & Biases, when log.wandb
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the lock
 
     @property
@@ -178,7 +182,8 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         controller=controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         schedules=build_schedules_of(cfg),
-        observers=[obs for obs in (build_shadows(cfg, parts.loss_fn),) if obs is not None],
+        observers=[obs for obs in (build_comparator_observer(cfg, parts.loss_fn),)
+                   if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),
               "shuffle": torch.Generator().manual_seed(cfg.seed + 1)})
     return Run(run_dir, cfg, parts, task, rt, heldout, state)

@@ -20,11 +20,12 @@ from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
 from lmpo.rollout.types import Rollout
-from lmpo.trainer.batch import score_rollout
+from lmpo.trainer.batch import TrainBatch, score_rollout
 from lmpo.trainer.filters import Drawn
 from lmpo.trainer.greedy import add_greedy_baselines
 from lmpo.trainer.length import kept_rows
-from lmpo.trainer.update import TrainBatch, autocast
+from lmpo.trainer.setup import Run
+from lmpo.trainer.update import autocast
 
 
 @dataclass
@@ -51,9 +52,10 @@ class Clock:
                 "time/tokens_per_s": generated / max(self.generation, 1e-9)}
 
 
-def draw_and_score(step: int, cfg, state, rt, clock: Clock) -> tuple[Drawn, dict, dict]:
+def draw_and_score(step: int, run: Run, clock: Clock) -> tuple[Drawn, dict, dict]:
     """The step's generation rounds (as the batch filter asks), scored, and the rollout
     controller's diagnostics of them. Returns (drawn, filter metrics, controller metrics)."""
+    cfg, state, rt = run.cfg, run.state, run.rt
     group, controller = cfg.rollout.group_size, state.controller
     # a stale rollout samples with the version `rollout.staleness` steps back (every round)
     weights = state.history.advance(state.policy) if state.history is not None else None
@@ -135,18 +137,19 @@ def usable(drawn: Drawn, group: int) -> Scored:
                   else torch.tensor(baselines, dtype=torch.float64))
 
 
-def training_batch(step: int, cfg, state, scored: Scored, device, *, differs: bool = False,
-                   correction=None, paths: bool = False) -> tuple[TrainBatch, dict]:
+def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dict]:
     """The update's tensors and anchors, over every scored sample: the behaviour log-probs
-    (or their recompute), the pre-update log-probs where a diagnostic, the anchor or a
-    rollout `correction` needs them (with `rollout/logp_mismatch`, its mean and _p99 over
-    tokens; where the sampler `differs` from the trained policy, a low-precision or stale
-    rollout, also that policy's entropy), the correction's weights and mask, and the
-    reference's log-probs where a KL needs them, and with `paths` the policy's per-token
-    path statistics (log-probs and sum_v pi_v^2, for the optimal token baseline). The
-    recompute, the path statistics and the reference's pass run in the update's precision
-    (optim.dtype; float32 by default), as verl's actor and reference compute theirs, so
-    that the first ratio is 1 and the KL to an equal reference 0."""
+    (or their recompute), the pre-update log-probs where a diagnostic, the anchor or the
+    run's rollout correction needs them (with `rollout/logp_mismatch`, its mean and _p99
+    over tokens; where the sampler differs from the trained policy, a low-precision or
+    stale rollout, also that policy's entropy), the correction's weights and mask, and the
+    reference's log-probs where a KL needs them, and where the estimator wants them the
+    policy's per-token path statistics (log-probs and sum_v pi_v^2, for the optimal token
+    baseline). The recompute, the path statistics and the reference's pass run in the
+    update's precision (optim.dtype; float32 by default), as verl's actor and reference
+    compute theirs, so that the first ratio is 1 and the KL to an equal reference 0."""
+    cfg, state, device, correction = run.cfg, run.state, run.rt.device, run.parts.correction
+    differs, paths = run.rt.rollout_model.differs, run.rt.path_stats
     rollout, row = scored.rollout, {}
     ids, mask = (x.to(device) for x in rollout.full_sequences())
     resp_ids, resp_mask = rollout.response_ids.to(device), rollout.response_mask.to(device)
@@ -197,12 +200,12 @@ def diagnostic_step(step: int, cfg) -> bool:
     return (step - 1) % cfg.log.policy_kl_every == 0
 
 
-def after_update(step: int, cfg, state, parts, batch: TrainBatch) -> dict:
+def after_update(step: int, run: Run, batch: TrainBatch) -> dict:
     """A float32 pass over the batch after the update, on diagnostic steps: the KL between
     consecutive policies (k3; a low-precision rollout's mismatch is rollout/logp_mismatch,
     not a step the update took) and the loss's post-update diagnostics; the KL to the
     reference wherever it exists."""
-    row = {}
+    cfg, state, parts, row = run.cfg, run.state, run.parts, {}
     if diagnostic_step(step, cfg):
         with torch.no_grad():
             new_logp, _ = forward_logprobs(state.policy, batch.ids, batch.mask,

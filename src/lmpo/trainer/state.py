@@ -8,12 +8,18 @@ containers, so checkpoints load with `torch.load(..., weights_only=True)`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from lmpo.rollout import RolloutController
+from lmpo.tasks import Sampler
 from lmpo.trainer.checkpoint import CheckpointError
+from lmpo.trainer.history import PolicyHistory
+from lmpo.trainer.protocols import Observer, Stateful
+from lmpo.trainer.schedules import Schedules
+
+PART = {"part": True}  # a field checkpointed through its own state_dict
 
 
 @dataclass
@@ -25,30 +31,37 @@ class Counters:
 
 @dataclass
 class RunState:
-    policy: torch.nn.Module
+    """The run's state; the fields marked `PART` are checkpointed by their own state_dict."""
+
+    policy: torch.nn.Module = field(metadata=PART)
     reference: torch.nn.Module  # frozen, in memory; not checkpointed (it is the start)
-    opt: torch.optim.Optimizer
-    sampler: Any  # lmpo.tasks.Sampler
-    estimator: Any  # either family's estimator: has state_dict / load_state_dict
-    critic: torch.nn.Module | None = None
-    critic_opt: torch.optim.Optimizer | None = None
-    controller: Any = None  # lmpo.rollout.RolloutController or None
-    reward_norm: Any = None  # a reward model's running score moments (reward.normalize)
-    history: Any = None  # the policy versions stale rollouts sample with (rollout.staleness)
-    schedules: Any = None  # adaptive KL / entropy coefficients (lmpo.trainer.schedules)
-    # what watches the step without changing it (same-batch comparators: lmpo.trainer.shadow),
-    # each with its checkpoint key
-    observers: list = field(default_factory=list)
+    opt: torch.optim.Optimizer = field(metadata=PART)
+    sampler: Sampler = field(metadata=PART)
+    estimator: Stateful = field(metadata=PART)  # either family's estimator
+    critic: torch.nn.Module | None = field(default=None, metadata=PART)
+    critic_opt: torch.optim.Optimizer | None = field(default=None, metadata=PART)
+    controller: RolloutController | None = field(default=None, metadata=PART)
+    # a reward model's running score moments (reward.normalize)
+    reward_norm: Stateful | None = field(default=None, metadata=PART)
+    # the policy versions stale rollouts sample with (rollout.staleness)
+    history: PolicyHistory | None = field(default=None, metadata=PART)
+    # adaptive KL / entropy coefficients (lmpo.trainer.schedules)
+    schedules: Schedules | None = field(default=None, metadata=PART)
+    # what watches the step without changing it (same-batch comparators: lmpo.trainer.comparators),
+    # each checkpointed under its own key
+    observers: list[Observer] = field(default_factory=list)
     rngs: dict[str, torch.Generator] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     step: int = 0
     before: dict | None = None  # the evaluation before training
 
-    _PARTS = ("policy", "opt", "sampler", "estimator", "critic", "critic_opt", "controller",
-              "reward_norm", "history", "schedules")
+    @classmethod
+    def parts(cls) -> tuple[str, ...]:
+        """The checkpointed parts, in the order they are saved."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("part"))
 
     def state_dict(self) -> dict:
-        parts = {name: getattr(self, name) for name in self._PARTS}
+        parts = {name: getattr(self, name) for name in self.parts()}
         return {
             "step": self.step, "before": self.before, "counters": asdict(self.counters),
             "rngs": {k: g.get_state() for k, g in self.rngs.items()},
@@ -60,7 +73,7 @@ class RunState:
     def load_state_dict(self, state: dict) -> None:
         self.step, self.before = state["step"], state["before"]
         self.counters = Counters(**state["counters"])
-        for name in self._PARTS:
+        for name in self.parts():
             part, saved = getattr(self, name), state.get(name)  # older checkpoints lack parts
             if (part is None) != (saved is None):
                 raise CheckpointError(f"checkpoint {'has no' if saved is None else 'has a'} "

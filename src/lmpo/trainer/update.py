@@ -10,13 +10,13 @@ update contributes none).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
 from lmpo.errors import RunError
 from lmpo.masked import PROMPT_MEAN, masked_mean, prompt_weights
 from lmpo.models.forward import forward_logprobs
+from lmpo.trainer.batch import TrainBatch
 from lmpo.trainer.objective import Micro, Objective
 
 
@@ -30,34 +30,6 @@ def autocast(cfg, device: torch.device):
 
 class NonFiniteError(RunError):
     """Updates kept going non-finite; names the term and the step."""
-
-
-@dataclass
-class TrainBatch:
-    """One rollout batch, ready for the update."""
-
-    ids: torch.Tensor  # [B, P+T] prompt + response
-    mask: torch.Tensor  # [B, P+T]
-    resp_ids: torch.Tensor  # [B, T]
-    resp_mask: torch.Tensor  # [B, T] float
-    old_logp: torch.Tensor  # [B, T] behaviour log-probs
-    adv: torch.Tensor  # [B, T]
-    keep: torch.Tensor  # [K] indices of the samples that take part (dynamic sampling)
-    ref_logp: torch.Tensor | None = None  # [B, T], when a KL term needs it
-    old_values: torch.Tensor | None = None  # [B, T], actor-critic only
-    returns: torch.Tensor | None = None  # [B, T], actor-critic only
-    bootstrap: torch.Tensor | None = None  # [B] the value after a truncated stop, or None
-    pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
-    # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
-    pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
-    is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
-    update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
-    # resp_mask): the loss, its token counts and the value loss use it
-    correct: torch.Tensor | None = None  # [B] exact correctness (loss.nll_coef's rows)
-    kl_coef: float | None = None  # this step's KL coefficient where a schedule sets it
-    group_ids: torch.Tensor | None = None  # [B] each sample's prompt (loss.agg prompt-mean)
-    paths: tuple | None = None  # ([B, T] log-probs, [B, T] sum_v pi_v^2) of the policy at
-    # rollout, where an estimator wants the path statistics (registry metadata wants_paths)
 
 
 EXTREMES = ("_min", "_max")
@@ -82,7 +54,7 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     objective's terms summed in order, one backward each; gradients accumulate in `.grad`.
     Returns (metrics, name of a non-finite term or None); on a non-finite term it stops
     before that micro-batch's backward. `observers` (same-batch comparators,
-    lmpo.trainer.shadow) see each micro-batch's policy term without changing anything;
+    lmpo.trainer.comparators) see each micro-batch's policy term without changing anything;
     `schedules` (RunState.schedules) give the entropy coefficient and see the entropy."""
     resp_mask = batch.resp_mask if batch.update_mask is None else batch.update_mask
     counts = {"num_tokens": resp_mask[mb].sum(), "num_seqs": (resp_mask[mb].sum(-1) > 0).sum(),
@@ -116,7 +88,7 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
             averaged |= more
             for k, v in summed.items():
                 sums[k] += v
-            if term is objective.terms[0]:  # the policy term: what comparators replay
+            if term.policy:  # what the same-batch comparators replay
                 for obs in observers:
                     obs.micro(logp, values[term.name], batch, micro, m, here, agg, params)
         bad = next((k for k, v in values.items() if not torch.isfinite(v)), None)

@@ -17,10 +17,10 @@ from lmpo.rewards.multi import fn_name
 from lmpo.rollout import list_controllers, list_corrections
 from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
+from lmpo.trainer.comparators import build_comparators
 from lmpo.trainer.greedy import wants_greedy
 from lmpo.trainer.parts import build_controller_of, build_estimator, build_parts
 from lmpo.trainer.schedules import list_schedules, schedule_settings
-from lmpo.trainer.shadow import build_comparators
 from lmpo.trainer.trackers import check_wandb
 from lmpo.user_modules import import_user_modules
 

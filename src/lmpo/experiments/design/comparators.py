@@ -1,7 +1,7 @@
 """Which comparator each arm's runs log: the other arm of each two-arm claim.
 
 For every claim's pair of arms (x, y) at one level, x's runs evaluate y's parts on their
-own batches (`log.comparators`, lmpo.trainer.shadow): the parts of y's resolved config
+own batches (`log.comparators`, lmpo.trainer.comparators): the parts of y's resolved config
 that differ from x's, among the loss (name, hyper-parameters, aggregation), the advantage
 estimator and the rollout controller. A claim may name `comparator: ARM` to use another
 arm's parts than its second arm's (a one-arm or four-arm claim has no pair of its own).
@@ -100,7 +100,7 @@ def replayable(mine, spec: dict) -> bool:
     """Whether a run of config `mine` can evaluate the parts `spec` on its own batches: a
     critic's estimator or a controller that reads values needs the run's critic (a group
     arm paired with a GAE arm has none; their claim's engagement is not measured)."""
-    from lmpo.trainer.shadow import build_comparators
+    from lmpo.trainer.comparators import build_comparators
 
     probe = replace(mine, log=replace(mine.log, comparators={"probe": spec}))
     try:

@@ -1,8 +1,8 @@
 """A claim's engagement: how far its treatment moved the update, measured on the same batch.
 
 The first arm of a claim's pair logs, on its own batches, the distance of its update from
-the other arm's parts (`lmpo.trainer.shadow`, `lmpo.experiments.design.comparators`): for a loss
-or an estimator, the total variation between the two policy-loss terms' per-token
+the other arm's parts (`lmpo.trainer.comparators`, `lmpo.experiments.design.comparators`):
+for a loss or an estimator, the total variation between the two policy-loss terms' per-token
 gradient weights (`shadow/<arm>/weight_tv`); for a rollout controller, the share of
 samples whose stop decision would differ (`shadow/<arm>/stop_diff`), or, where the two
 controllers differ in how a stop is scored (r_fail, a bootstrapped stop), the weight

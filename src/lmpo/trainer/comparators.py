@@ -1,5 +1,7 @@
-"""Same-batch comparators ("shadows"): how far another method's update would be from this
-run's, measured on this run's own batch, without changing the update.
+"""Same-batch comparators: how far another method's update would be from this run's,
+measured on this run's own batch, without changing the update. (Their metrics keep the
+prefix `shadow/` and their checkpoint the key "shadows", the names committed rows and
+checkpoints were written with.)
 
 A run names comparators under `log.comparators`, each a set of parts that replace the
 run's own: a loss (name, hparams, agg), an advantage estimator, a rollout controller;
@@ -147,21 +149,21 @@ def check_family(comp: Comparator, cfg, where: str) -> None:
                           "this run trains no critic")
 
 
-def build_shadows(cfg, loss_fn) -> Shadows | None:
+def build_comparator_observer(cfg, loss_fn) -> ComparatorObserver | None:
     """The run's comparators beside the run's own built loss `loss_fn` (None when it names
     none)."""
     comparators = build_comparators(cfg)
     if not comparators:
         return None
-    return Shadows(comparators, loss_fn, cfg.log.shadow_grad_cos)
+    return ComparatorObserver(comparators, loss_fn, cfg.log.shadow_grad_cos)
 
 
-class Shadows:
+class ComparatorObserver:
     """Every comparator of a run: an observer of the step (hooks `begin_step`, `micro`,
     `end_minibatch`, `end_step`; checkpointed under `key`), fed by the trainer at each
     stage without changing the update."""
 
-    key = "shadows"
+    key = "shadows"  # the checkpoint key runs were saved with
 
     def __init__(self, comparators: list[Comparator], loss_fn, grad_cos: bool = False):
         self.comparators = comparators
@@ -258,8 +260,9 @@ class Shadows:
             self._weight += n
 
     def end_step(self, row: dict, step: int) -> dict:
-        """The step's shadow metrics; each comparator controller observes the run's row
-        (its warm-up reads the run's value loss), as the run's own controller does."""
+        """The step's comparator metrics (`shadow/<name>/...`); each comparator controller
+        observes the run's row (its warm-up reads the run's value loss), as the run's own
+        controller does."""
         out = dict(self._row)
         if self._weight > 0:
             out |= {k: v / self._weight for k, v in self._sums.items()}

@@ -1,4 +1,4 @@
-"""Same-batch comparators (lmpo.trainer.shadow) against hand-computed values, every
+"""Same-batch comparators (lmpo.trainer.comparators) against hand-computed values, every
 registered loss as a comparator, and a run's rows bit-identical with and without them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lmpo.config import load_config
 from lmpo.losses import default_aggregation, get_loss, list_losses, loss_hparams
 from lmpo.trainer.checkpoint import read_rows
-from lmpo.trainer.shadow import cosine, l1_tv, stop_diff, token_weights
+from lmpo.trainer.comparators import cosine, l1_tv, stop_diff, token_weights
 from lmpo.trainer.train_config import TrainConfig
 
 N = {"num_tokens": torch.tensor(4.0), "num_seqs": torch.tensor(1.0), "horizon": 4}
