@@ -4,6 +4,9 @@ layouts: groups of one to several responses, binary and continuous scores, ties.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,18 +14,35 @@ from lmpo.advantages import advantage_meta, get_advantage, list_advantages
 from tests.advantage_references import REFERENCES
 
 D = torch.float64
-# estimators whose references live in their own files (peers: against the engines' code)
-OWN_FILES = {"ebpo": "test_advantages_ebpo.py", "gae": "test_gae.py",
-             "optimal_token_baseline": "test_otb.py",
-             **dict.fromkeys(["reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                              "gpg", "grpo_passk", "maxrl"], "test_advantages_peers.py")}
+
+
+def references_elsewhere() -> dict[str, str]:
+    """{estimator: test file} for the estimators whose float64 reference is not of the
+    (scores, groups) shape this folder holds: each such test module says which it covers
+    in its `ESTIMATOR_REFERENCES`, next to the reference itself."""
+    out = {}
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "ESTIMATOR_REFERENCES"
+                    for t in node.targets):
+                out |= dict.fromkeys(ast.literal_eval(node.value), path.name)
+    return out
+
+
+OWN_FILES = references_elsewhere()
 CASES = [(name, case) for name, ref in sorted(REFERENCES.items()) for case in ref.cases]
 
 
 def test_every_registered_estimator_has_a_reference():
     missing = set(list_advantages()) - set(REFERENCES) - set(OWN_FILES)
     assert not missing, f"no reference for {sorted(missing)}: add tests/advantage_references/"
-    assert not set(REFERENCES) - set(list_advantages()), "a reference for no estimator"
+    assert not (set(REFERENCES) | set(OWN_FILES)) - set(list_advantages()), \
+        "a reference for no estimator"
+    assert not set(REFERENCES) & set(OWN_FILES), "two references for one estimator"
+    for name, file in OWN_FILES.items():  # the file's tests do call it
+        assert f'"{name}"' in (Path(__file__).parent / file).read_text().split(
+            "ESTIMATOR_REFERENCES", 1)[1].split("\n", 2)[2], (name, file)
 
 
 def random_layout(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -13,6 +13,10 @@ import torch
 from lmpo.advantages import EBPO, advantage_meta, get_advantage
 from lmpo.advantages.ebpo import shrinkage_monte_carlo
 
+# the float64 references of these estimators live here (tests/test_advantage_references.py
+# reads this line): a running prior, checked over calls against numpy
+ESTIMATOR_REFERENCES = ("ebpo",)
+
 D = torch.float64
 
 

@@ -72,9 +72,22 @@ def layouts(draw):
 
 
 def test_group_estimators_are_every_critic_free_entry_of_one_score_per_sample():
-    """All but GAE (a critic) and the optimal token baseline (per-token advantages from the
-    policy's path statistics: tests/test_otb.py)."""
-    assert set(group_estimators()) == set(list_advantages()) - {"gae", "optimal_token_baseline"}
+    """Every estimator takes (scores [B], group ids [B]) and gives [B] advantages, unless
+    its metadata says it reads a critic's values (`needs_critic`) or the policy's path
+    statistics (`wants_paths`); those refuse the group call rather than guess."""
+    scores, gid = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=D), torch.tensor([0, 0, 1, 1])
+    for name in list_advantages():
+        meta = advantage_meta(name)
+        extra = {"lengths": torch.full((4,), 3.0, dtype=D)} if meta["wants_lengths"] else {}
+        if meta["wants_baselines"]:
+            extra["baselines"] = torch.zeros(4, dtype=D)
+        if meta["needs_critic"] or meta["wants_paths"]:
+            assert name not in group_estimators()
+            with pytest.raises((TypeError, ValueError)):
+                get_advantage(name)(scores, gid, **extra)
+        else:
+            assert name in group_estimators()
+            assert get_advantage(name)(scores, gid, **extra)[0].shape == scores.shape
 
 
 @given(data=layouts(), name=st.sampled_from(sorted(group_estimators())))
@@ -99,13 +112,14 @@ def test_random_layouts_and_constant_scores_are_nan_free(data, name):
         singleton = (sizes == 1)[torch.unique(gid, return_inverse=True)[1]]
         if advantage_meta(name)["singleton"] == "score":
             adv = adv[~singleton]
-        if name == "reinforce_plus_plus_baseline" and bool(singleton.any()):
+        meta = advantage_meta(name)
+        if meta["whitens"] and meta["constant_groups"] == "zero" and bool(singleton.any()):
             # a group of one keeps its score, and the batch whitening that follows shifts
             # every other (zero) advantage by the same amount: equal, not zero
             assert torch.allclose(adv, adv[0].expand_as(adv), rtol=0, atol=1e-12)
             return
         # REINFORCE++ whitens over tokens with verl's 1e-8 in the means: ~1e-8 / var^0.5
-        assert (adv.abs() <= (1e-3 if name.startswith("reinforce_plus_plus") else 0)).all()
+        assert (adv.abs() <= (1e-3 if meta["whitens"] else 0)).all()
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
@@ -193,7 +207,7 @@ def test_all_equal_groups_follow_the_declared_convention(name):
     est(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0], dtype=D), gid, **extra)
     adv, _ = est(scores, gid, **extra)
     if advantage_meta(name)["constant_groups"] == "zero":
-        tol = 1e-3 if name.startswith("reinforce_plus_plus") else 0.0
+        tol = 1e-3 if advantage_meta(name)["whitens"] else 0.0
         assert (adv.abs() <= tol).all(), adv
     else:
         assert (adv.abs() > 1e-3).any(), adv

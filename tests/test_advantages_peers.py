@@ -11,6 +11,11 @@ import torch
 
 from lmpo.advantages import get_advantage
 
+# the float64 references of these estimators live here (tests/test_advantage_references.py
+# reads this line): the engines' estimators, against hand-computed values and loops
+ESTIMATOR_REFERENCES = ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg",
+                        "grpo_passk", "maxrl")
+
 D = torch.float64
 S = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0], dtype=D)
 G = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])

@@ -1,7 +1,7 @@
 """Rollout corrections against float64 references written from each source's definition
-(verl 0.9.1's rollout_corr_helper, TRL's vLLM importance-sampling modes, OpenRLHF's
-seq-mask-tis), token by token with `math`; verl itself is compared in tests/test_verl.py.
-Applied in the update as verl applies its weights and its rejection mask."""
+(tests/correction_references/: every registered correction has one), token by token with
+`math`; verl itself is compared in tests/test_verl.py. Applied in the update as verl
+applies its weights and its rejection mask."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import pytest
 import torch
 
 from lmpo.rollout import get_correction, list_corrections
-from lmpo.rollout.corrections import RS_MODES
-
-S = 20.0  # the safety clamp on log-ratios before exp
+from tests.correction_references import REFERENCES
 
 
 def batch(seed: int, b: int = 7, t: int = 9, spread: float = 0.4):
@@ -25,112 +23,40 @@ def batch(seed: int, b: int = 7, t: int = 9, spread: float = 0.4):
     return lr, mask
 
 
-def ex(v):
-    return math.exp(min(max(v, -S), S))
+CASES = [(kind, case) for kind, ref in sorted(REFERENCES.items()) for case in ref.cases]
+DRAWS = [(0, 0.4), (1, 0.4), (2, 0.3), (3, 0.1)]  # (seed, spread of the log-ratios)
 
 
-def seq_sum(lr, m):
-    return sum(x for x, k in zip(lr, m, strict=True) if k)
+def test_every_correction_has_a_float64_reference():
+    missing = set(list_corrections()) - set(REFERENCES)
+    assert not missing, f"no reference for {sorted(missing)}: add tests/correction_references/"
+    assert not set(REFERENCES) - set(list_corrections()), "a reference for no correction"
 
 
-def ref_weights(kind: str, lr, mask, hp) -> list[list[float]]:
-    """Per-token weights (0 on padding) for the IS kinds."""
-    out = []
-    for row, m in zip(lr, mask, strict=True):
-        n = sum(m)
-        lo_clamp = hp.get("lower") or 0.0  # tis / seq_tis with lower: two-sided (TRL)
-        if kind == "tis":
-            w = [max(min(ex(x), hp.get("upper", 2.0)), lo_clamp) for x in row]
-        elif kind == "seq_tis":
-            w = [max(min(ex(seq_sum(row, m)), hp.get("upper", 2.0)), lo_clamp)] * len(row)
-        elif kind == "icepop":
-            lo, hi = hp.get("lower", 0.5), hp.get("upper", 5.0)
-            w = [ex(x) if lo <= ex(x) <= hi else 0.0 for x in row]
-        elif kind == "mis":  # TRL: ratio of the masked diff, zeroed outside [min, max]
-            lo, hi = hp.get("lower") or -math.inf, hp.get("upper", 3.0)
-            if hp.get("level", "sequence") == "sequence":
-                r = ex(seq_sum(row, m))
-                w = [r if lo <= r <= hi else 0.0] * len(row)
-            else:
-                w = [ex(x * k) if lo <= ex(x * k) <= hi else 0.0 for x, k in zip(row, m,
-                                                                               strict=True)]
-        elif kind == "seq_mask_tis":  # OpenRLHF: geometric-mean mask x token ratio
-            lo, hi = hp.get("lower", 0.5), hp.get("upper", 5.0)
-            geo = math.exp(seq_sum(row, m) / n) if n else 1.0
-            keep = 1.0 if lo <= geo <= hi else 0.0
-            w = [keep * ex(x) for x in row]
-        else:
-            raise KeyError(kind)
-        out.append([wi if k else 0.0 for wi, k in zip(w, m, strict=True)])
-    return out
+@pytest.mark.parametrize("kind,hp", CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("draw", DRAWS, ids=lambda d: f"seed{d[0]}")
+def test_every_correction_matches_its_float64_reference(kind, hp, draw):
+    """Weights (0 on padding) and mask against the reference, on log-ratios of several
+    spreads (one token past the safety bound, one empty response); a weighting
+    correction's metrics from the reference's weights."""
+    from lmpo.rollout import correction_hparams
 
-
-def ref_rejection(mode: str, lr, mask, lower, upper) -> list[list[float]]:
-    """verl's rollout_rs: k1 = -log r in [log lower, log upper]; k2 = (log r)^2 / 2 and
-    k3 = r - 1 - log r below upper; sequence modes reduce over valid tokens (sum, mean with
-    verl's + 1e-8 in the count, max)."""
-    level, est = mode.rsplit("_", 1)
-    out = []
-    for row, m in zip(lr, mask, strict=True):
-        c = [max(min(x, S), -S) for x in row]
-        stat = {"k1": [-x for x in c], "k2": [0.5 * x * x for x in c],
-                "k3": [math.exp(x) - 1 - x for x in c]}[est]
-        valid = [s for s, k in zip(stat, m, strict=True) if k]
-        if level == "seq_sum":
-            stat = [sum(s * k for s, k in zip(stat, m, strict=True))] * len(row)
-        elif level == "seq_mean":
-            stat = [sum(s * k for s, k in zip(stat, m, strict=True)) / (sum(m) + 1e-8)] \
-                * len(row)
-        elif level == "seq_max":
-            stat = [max(valid) if valid else 0.0] * len(row)
-        if est == "k1":
-            keep = [math.log(lower) <= s <= math.log(upper) for s in stat]
-        else:
-            keep = [s <= upper for s in stat]
-        out.append([float(k and kk) for k, kk in zip(m, keep, strict=True)])
-    return out
-
-
-IS_CASES = [("tis", {}), ("tis", {"upper": 1.3}), ("seq_tis", {}), ("seq_tis", {"upper": 5}),
-            ("tis", {"lower": 0.8, "upper": 1.3}), ("seq_tis", {"lower": 0.6, "upper": 5}),
-            ("icepop", {}), ("icepop", {"lower": 0.8, "upper": 1.25}), ("mis", {}),
-            ("mis", {"level": "token", "upper": 1.5, "lower": 0.7}),
-            ("seq_mask_tis", {}), ("seq_mask_tis", {"lower": 0.9, "upper": 1.1})]
-RS_CASES = [(m, {}) for m in RS_MODES] + [("token_k1", {"upper": 1.2}),
-                                          ("seq_mean_k1", {"lower": 0.9, "upper": 1.05}),
-                                          ("seq_max_k3", {"upper": 0.05})]
-
-
-@pytest.mark.parametrize("kind,hp", IS_CASES, ids=lambda v: str(v))
-@pytest.mark.parametrize("seed", [0, 1])
-def test_importance_weights_match_the_float64_reference(kind, hp, seed):
-    lr, mask = batch(seed)
+    lr, mask = batch(draw[0], spread=draw[1])
     got = get_correction(kind, **hp)(lr, mask)
-    want = torch.tensor(ref_weights(kind, lr.tolist(), mask.tolist(), hp), dtype=torch.float64)
+    weights, want_mask = REFERENCES[kind].fn(lr.tolist(), mask.tolist(),
+                                             **(correction_hparams(kind) | hp))
+    assert torch.equal(got.mask, torch.tensor(want_mask, dtype=torch.float64))
+    if weights is None:
+        assert got.weights is None
+        return
+    want = torch.tensor(weights, dtype=torch.float64)
     torch.testing.assert_close(got.weights, want, rtol=1e-12, atol=1e-300)
-    assert torch.equal(got.mask, mask)  # weights only: the mask is the response's
     valid = mask > 0
     removed = valid & (want == 0)
     assert got.metrics["rollout_corr/masked_frac"] == pytest.approx(
         float(removed.sum()) / float(valid.sum()), abs=1e-15)
     assert got.metrics["rollout_corr/weight_max"] == pytest.approx(float(want[valid].max()))
     assert got.metrics["rollout_corr/weight_min"] == pytest.approx(float(want[valid].min()))
-
-
-@pytest.mark.parametrize("mode,hp", RS_CASES, ids=lambda v: str(v))
-def test_rejection_masks_match_the_float64_reference(mode, hp):
-    from lmpo.rollout import correction_hparams
-
-    lr, mask = batch(3, spread=0.1)
-    kind = f"rs_{mode}"
-    got = get_correction(kind, **hp)(lr, mask)
-    full = correction_hparams(kind) | hp
-    lower = full.get("lower")
-    upper = full["upper"]
-    lower = 1.0 / upper if mode.endswith("k1") and lower is None else lower
-    want = torch.tensor(ref_rejection(mode, lr.tolist(), mask.tolist(), lower, upper),
-                        dtype=torch.float64)
-    assert got.weights is None and torch.equal(got.mask, want)
 
 
 def trl_truncate(lr, mask, lower, upper, level):
@@ -160,31 +86,6 @@ def test_two_sided_truncation_is_trls_truncate_mode(kind, level, seed):
     assert float(((got.weights == 0.7) & (mask > 0)).sum()) > 0  # the lower end binds
 
 
-def ref_outlier(lr, mask, lower, upper):
-    """SkyRL's compute_outlier_token_mask written out: a response is kept when every valid
-    token's ratio (log-ratio clamped to +-20) is in [lower, upper]."""
-    out = []
-    for row, m in zip(lr, mask, strict=True):
-        bad = any(k and ((upper is not None and ex(x) > upper) or
-                         (lower is not None and ex(x) < lower)) for x, k in zip(row, m,
-                                                                              strict=True))
-        out.append([0.0 if bad else float(k) for k in m])
-    return out
-
-
-@pytest.mark.parametrize("hp", [{}, {"lower": 0.7, "upper": 1.5}, {"lower": None, "upper": 1.3},
-                                {"lower": 0.8, "upper": None}])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_outlier_token_masks_as_skyrl_does(hp, seed):
-    lr, mask = batch(seed, spread=0.3)
-    full = {"lower": 1e-4, "upper": 100.0} | hp
-    got = get_correction("outlier_token_is", **hp)(lr, mask)
-    want = torch.tensor(ref_outlier(lr.tolist(), mask.tolist(), full["lower"], full["upper"]),
-                        dtype=torch.float64)
-    assert got.weights is None and torch.equal(got.mask, want)
-    assert float((mask - got.mask).sum()) > 0  # row 1's ratio e^20 is past 100
-
-
 def test_outlier_token_mask_by_hand():
     """SkyRL's own test case: ratios [1, 1, e^5 = 148.4] with bounds [1e-4, 100]: the
     response is masked; and with no bound at all the trainer refuses it when it builds."""
@@ -197,31 +98,12 @@ def test_outlier_token_mask_by_hand():
         build_correction([("outlier_token_is", {"lower": None, "upper": None})])
 
 
-def ref_m2po(lr, mask, threshold):
-    """AReaL's M2PO mask written out: drop the largest squared log-ratios one at a time
-    until the mean of the rest is below the threshold (keep at least one)."""
-    tokens = sorted(((x * x, i, j) for i, (row, mrow) in enumerate(zip(lr, mask, strict=True))
-                     for j, (x, m) in enumerate(zip(row, mrow, strict=True)) if m),
-                    reverse=True)
-    dropped = set()
-    while len(tokens) - len(dropped) > 1:
-        rest = [t[0] for t in tokens[len(dropped):]]
-        if sum(rest) / len(rest) < threshold:
-            break
-        dropped.add(tokens[len(dropped)][1:])
-    return [[float(m and (i, j) not in dropped) for j, m in enumerate(mrow)]
-            for i, mrow in enumerate(mask)]
-
-
-@pytest.mark.parametrize("threshold", [0.04, 0.01, 1e-6, 10.0])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_m2po_masks_as_areal_does(threshold, seed):
-    lr, mask = batch(seed)
-    got = get_correction("m2po", threshold=threshold)(lr, mask)
-    want = torch.tensor(ref_m2po(lr.tolist(), mask.tolist(), threshold), dtype=torch.float64)
-    assert got.weights is None and torch.equal(got.mask, want)
-    kept = got.mask.bool()
-    if kept.sum() > 1 and threshold < 10.0:
+@pytest.mark.parametrize("threshold", [0.04, 0.01, 1e-6])
+def test_m2po_keeps_tokens_whose_mean_square_is_below_the_threshold(threshold):
+    lr, mask = batch(2)
+    kept = get_correction("m2po", threshold=threshold)(lr, mask).mask.bool()
+    assert kept.sum() >= 1
+    if kept.sum() > 1:
         assert float(lr[kept].square().mean()) < threshold
 
 

@@ -7,6 +7,10 @@ import torch
 
 from lmpo.advantages import gae
 
+# the float64 references of these estimators live here (tests/test_advantage_references.py
+# reads this line): a critic's values, not one score per sample
+ESTIMATOR_REFERENCES = ("gae",)
+
 D = torch.float64
 
 

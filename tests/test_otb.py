@@ -16,6 +16,10 @@ from lmpo.logprobs import sum_squared_probs
 from lmpo.models.forward import forward_logprobs, forward_path_stats
 from lmpo.trainer.train_config import TrainConfig
 
+# the float64 references of these estimators live here (tests/test_advantage_references.py
+# reads this line): per-token advantages from the policy's path statistics
+ESTIMATOR_REFERENCES = ("optimal_token_baseline",)
+
 
 def consistent_paths(seed: int, b: int, t: int, vocab: int = 7, weights: bool = False):
     """Log-probs and sum pi^2 of one softmax per position (so that w = ||e_a - pi||^2 >= 0),

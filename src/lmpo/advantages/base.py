@@ -25,8 +25,10 @@ ADVANTAGES = Registry("advantage estimator", defaults={
     # accepts; `constant_groups`: what all-equal groups get, "zero" (each such group
     # A = 0), "batch" (A = 0 only when the whole batch is equal: no group baseline,
     # batch whitening), "prior" (shrunk toward a running prior: non-zero) or "none" (every
-    # sample keeps its score: no baseline at all)
-    "singleton": "zero", "min_group": 1, "constant_groups": "zero"})
+    # sample keeps its score: no baseline at all); `whitens`: the advantages are whitened
+    # over the batch's tokens with an epsilon in the variance (REINFORCE++), so advantages
+    # that would be 0 are ~1e-8 / std instead
+    "singleton": "zero", "min_group": 1, "constant_groups": "zero", "whitens": False})
 
 
 def check_scores(scores: torch.Tensor, group_ids: torch.Tensor) -> None:

@@ -49,7 +49,7 @@ def _centred(g: Groups) -> torch.Tensor:
 
 
 @ADVANTAGES.register("reinforce_plus_plus", singleton="score", constant_groups="batch",
-                     wants_lengths=True,
+                     wants_lengths=True, whitens=True,
                      domains={"gamma": "[1, 1]"},
                      peer_keys={"verl": {"gamma": "gamma"}},
                      title="REINFORCE++", source="arXiv 2501.03262",
@@ -69,6 +69,7 @@ class ReinforcePlusPlus(Estimator):
 
 
 @ADVANTAGES.register("reinforce_plus_plus_baseline", singleton="score", wants_lengths=True,
+                     whitens=True,
                      title="REINFORCE++ with a group baseline", source="arXiv 2501.03262",
                      summary="group mean-centred scores, whitened over every token of the "
                              "batch")

@@ -46,7 +46,6 @@ from lmpo.models.forward import critic_values
 from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
 from lmpo.trainer.parts import controller_part, estimator_part, loss_part
 
-PARTS = ("loss", "advantage", "controller")
 PREFIX = "shadow/"
 
 
@@ -105,27 +104,39 @@ def build_comparators(cfg) -> list[Comparator]:
                               f"({{name, hparams}}; a loss may add agg), got {spec!r}")
         comp = Comparator(str(name))
         try:
-            if "loss" in spec:
-                loss = dict(spec["loss"])
-                comp.loss_fn, comp.agg = loss_part(loss["name"], loss.get("hparams"),
-                                                   loss.get("agg") or cfg.loss.agg)
-            if "advantage" in spec:
-                adv = dict(spec["advantage"])
-                comp.estimator = estimator_part(adv["name"], adv.get("hparams"))
-                comp.estimator_name = adv["name"]
-            if "controller" in spec:
-                ctl = dict(spec["controller"])
-                comp.controller = controller_part(cfg, ctl["name"], ctl.get("hparams"))
-                own = controller_part(cfg, cfg.controller.name, cfg.controller.hparams)
-                if "advantage" not in spec and scores_differ(comp.controller, own):
-                    comp.rescore = True
-                    comp.estimator = estimator_part(cfg.advantage.name, cfg.advantage.hparams)
-                    comp.estimator_name = cfg.advantage.name
+            for part, sub in spec.items():
+                PARTS[part](comp, dict(sub), spec, cfg)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc.args[0] if exc.args else exc}") from None
         check_family(comp, cfg, where)
         out.append(comp)
     return out
+
+
+def replace_loss(comp: Comparator, loss: dict, spec: dict, cfg) -> None:
+    comp.loss_fn, comp.agg = loss_part(loss["name"], loss.get("hparams"),
+                                       loss.get("agg") or cfg.loss.agg)
+
+
+def replace_advantage(comp: Comparator, adv: dict, spec: dict, cfg) -> None:
+    comp.estimator = estimator_part(adv["name"], adv.get("hparams"))
+    comp.estimator_name = adv["name"]
+
+
+def replace_controller(comp: Comparator, ctl: dict, spec: dict, cfg) -> None:
+    """The comparator's controller; where it scores a stop otherwise than the run's and
+    the comparator names no estimator, a copy of the run's estimator to rescore with."""
+    comp.controller = controller_part(cfg, ctl["name"], ctl.get("hparams"))
+    own = controller_part(cfg, cfg.controller.name, cfg.controller.hparams)
+    if "advantage" not in spec and scores_differ(comp.controller, own):
+        comp.rescore = True
+        comp.estimator = estimator_part(cfg.advantage.name, cfg.advantage.hparams)
+        comp.estimator_name = cfg.advantage.name
+
+
+# the parts a comparator may replace (its `log.comparators` keys), each with its builder
+PARTS = {"loss": replace_loss, "advantage": replace_advantage,
+         "controller": replace_controller}
 
 
 def scores_differ(theirs, mine) -> bool:
