@@ -15,7 +15,7 @@ import time
 import pytest
 
 from lmpo.cli import main
-from lmpo.experiments.run.sweep import read_history
+from lmpo.experiments.run.dispatch import read_history
 
 WRITER = """
 import sys

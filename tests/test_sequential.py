@@ -167,15 +167,15 @@ def test_compare_adds_blocks_until_the_headline_claim_is_decided(
 
 def test_the_status_table_rereads_only_the_metrics_files_that_changed(tmp_path, monkeypatch):
     """LastRows reads a run's metrics once, then again only after the file changed."""
-    from lmpo.experiments.run import sweep
+    from lmpo.experiments.run import dispatch
 
     reads = []
-    real = sweep.read_rows
-    monkeypatch.setattr(sweep, "read_rows", lambda p: reads.append(p) or real(p))
+    real = dispatch.read_rows
+    monkeypatch.setattr(dispatch, "read_rows", lambda p: reads.append(p) or real(p))
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    last = sweep.LastRows(keep=2)
+    last = dispatch.LastRows(keep=2)
     assert last(run) == [{"step": 1}] and last(run) == [{"step": 1}] and len(reads) == 1
     with (run / "metrics.jsonl").open("a") as f:
         f.write('{"step": 2}\n{"step": 3}\n')

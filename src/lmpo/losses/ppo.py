@@ -27,6 +27,23 @@ def clip_fractions(x, eps_low: float, eps_high: float) -> dict[str, float]:
     }
 
 
+def check_dual_clip(clip_ratio_c: float | None) -> None:
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
+
+
+def dual_clip(x, loss: torch.Tensor, clip_ratio_c: float | None, metrics: dict) -> torch.Tensor:
+    """PPO's dual clip (verl's clip_ratio_c): for A < 0 the loss is min(L, -c A), so a
+    negative-advantage token's ratio stops pulling past c; `clipfrac_dual` counts where it
+    binds (added to `metrics`). `loss` unchanged with no c."""
+    if clip_ratio_c is None:
+        return loss
+    loss3 = -x.adv * clip_ratio_c
+    dual = (x.adv < 0) & (loss > loss3)
+    metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    return torch.where(x.adv < 0, torch.minimum(loss3, loss), loss)
+
+
 @LOSSES.register("ppo_clip", dual_clip="offered", default_agg="token-mean",
                  diagnostics=("loss/clipfrac_low", "loss/clipfrac_high"),
                  acts={"metric": "loss/clipfrac", "above": 0.0}, engagement="loss/clipfrac",
@@ -45,18 +62,13 @@ def ppo_clip(logp, old_logp, adv, mask, *, eps_low=0.2, eps_high=0.2, clip_ratio
     unclipped term's ratio is min(r, delta), so a token whose ratio passed delta has no
     gradient whatever its advantage (TRL clamps coef_1 after taking the clipped term).
     """
-    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
+    check_dual_clip(clip_ratio_c)
     x = prepare(logp, old_logp, adv, mask)
     loss1 = -x.adv * (x.ratio if delta is None else x.ratio.clamp(max=delta))
     loss2 = -x.adv * x.ratio.clamp(1 - eps_low, 1 + eps_high)
     loss = torch.maximum(loss1, loss2)
     metrics = ratio_metrics(x) | clip_fractions(x, eps_low, eps_high)
-    if clip_ratio_c is not None:
-        loss3 = -x.adv * clip_ratio_c
-        dual = (x.adv < 0) & (loss > loss3)
-        loss = torch.where(x.adv < 0, torch.minimum(loss3, loss), loss)
-        metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    loss = dual_clip(x, loss, clip_ratio_c, metrics)
     return x.zero_off_mask(loss), metrics
 
 
@@ -79,8 +91,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
     L = min(L, -c A). `delta` caps the unclipped term's sequence ratio as `ppo_clip`'s
     (TRL applies its GRPOConfig.delta at the sequence level too).
     """
-    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (dual clip), got {clip_ratio_c}")
+    check_dual_clip(clip_ratio_c)
     x = prepare(logp, old_logp, adv, mask)
     m = x.mask.to(x.logp.dtype)
     raw = x.logp - x.old_logp  # unclamped per-token log ratio, 0 off-mask
@@ -95,11 +106,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low=3e-4, eps_high=4e-4, clip_ratio_c
         **x.shares("clipfrac", (loss2 > loss1).to(loss.dtype)),
         "seq_ratio_mean": x.mean(seq),
     }
-    if clip_ratio_c is not None:
-        loss3 = -x.adv * clip_ratio_c
-        dual = (x.adv < 0) & (loss > loss3)
-        loss = torch.where(x.adv < 0, torch.minimum(loss3, loss), loss)
-        metrics["clipfrac_dual"] = x.mean(dual.to(loss.dtype))
+    loss = dual_clip(x, loss, clip_ratio_c, metrics)
     return x.zero_off_mask(loss), metrics
 
 

@@ -209,19 +209,43 @@ def _seeds(value, where: str) -> list[int]:
     raise ConfigError(f"{where}: seeds must be a count >= 1 or a list of ints, got {value!r}")
 
 
+EXPERIMENT_KEYS = {"name", "description", "notes", "base", "arms", "seeds", "steps",
+                   "differs_in", "claims", "effective_tolerance", "frontier", "conditions",
+                   "engaged_floor", "premises"}
+
+
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
-    allowed = {"name", "description", "notes", "base", "arms", "seeds", "steps", "differs_in",
-               "claims", "effective_tolerance", "frontier", "conditions", "engaged_floor",
-               "premises"}
-    unknown = sorted(set(data) - allowed)
+    """An experiment file's contents, checked (one ConfigError naming the key, before any
+    run): its keys, arms, settings, conditions, claims and premises."""
+    unknown = sorted(set(data) - EXPERIMENT_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown experiment key(s) {unknown}; valid: "
-                          f"{', '.join(sorted(allowed))}")
-    arms_raw = data.get("arms")
+                          f"{', '.join(sorted(EXPERIMENT_KEYS))}")
+    check_name(data.get("name", name), "the experiment", where)
+    arms = parse_arms(data.get("arms"), where)
+    settings = parse_settings(data, where)
+    design = None
+    if isinstance(data.get("seeds"), dict):  # scipy is imported only for this
+        from lmpo.experiments.design.sequential import sequential_design
+
+        design = sequential_design(data["seeds"], settings["claims"], where,
+                                   data.get("conditions"))
+    exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
+                     base=dict(data.get("base") or {}), arms=arms,
+                     seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), design=design,
+                     frontier=check_frontier(data.get("frontier"), where),
+                     conditions=check_conditions(data.get("conditions"), where),
+                     engaged_floor=data.get("engaged_floor"), **settings)
+    check_arms_against(exp, where)
+    check_claims_and_premises(exp, data.get("premises"), where)
+    return exp
+
+
+def parse_arms(arms_raw, where: str) -> list[Arm]:
+    """`arms: {name: {preset, overrides, levels, seed_offset}}`."""
     if not isinstance(arms_raw, dict) or len(arms_raw) < 1:
         raise ConfigError(f"{where}: arms must map arm names to {{preset, overrides}}")
     arms = []
-    check_name(data.get("name", name), "the experiment", where)
     for arm_name, spec in arms_raw.items():
         check_name(arm_name, "an arm", where)
         if not isinstance(spec, dict) or "preset" not in spec or \
@@ -237,6 +261,12 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                         [str(lv) for lv in spec["levels"]]
                         if isinstance(spec.get("levels"), list) else spec.get("levels"),
                         seed_offset=offset))
+    return arms
+
+
+def parse_settings(data: dict, where: str) -> dict:
+    """steps, differs_in, claims (as mappings; each checked once the arms are known),
+    notes and effective_tolerance, as `Experiment` fields."""
     steps = data.get("steps")
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"{where}: steps must be an int >= 1, got {steps!r}")
@@ -255,24 +285,18 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
             isinstance(v, int | float) and v > 0 for v in tolerance.values()):
         raise ConfigError(f"{where}: effective_tolerance is {{ratio: > 1, share: > 0}}, got "
                           f"{tolerance!r}")
-    design = None
-    if isinstance(data.get("seeds"), dict):  # scipy is imported only for this
-        from lmpo.experiments.design.sequential import sequential_design
+    return {"steps": steps, "differs_in": list(differs), "claims": [dict(c) for c in claims],
+            "notes": list(notes), "effective_tolerance": dict(tolerance)}
 
-        design = sequential_design(data["seeds"], claims, where, data.get("conditions"))
-    exp = Experiment(name=str(data.get("name", name)), description=str(data.get("description", "")),
-                     base=dict(data.get("base") or {}), arms=arms,
-                     seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), steps=steps,
-                     design=design,
-                     differs_in=list(differs), claims=[dict(c) for c in claims],
-                     notes=list(notes), effective_tolerance=dict(tolerance),
-                     frontier=check_frontier(data.get("frontier"), where),
-                     conditions=check_conditions(data.get("conditions"), where),
-                     engaged_floor=data.get("engaged_floor"))
+
+def check_arms_against(exp: Experiment, where: str) -> None:
+    """The engagement floor, the frontier's pairs, and each arm against the conditions:
+    no key a level sets, levels that exist."""
     floor = exp.engaged_floor
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):
         raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
+    arms = exp.arms
     unknown = sorted({a for pair in exp.frontier.get("pairs", []) for a in pair}
                      - {a.name for a in arms})
     if unknown:
@@ -291,20 +315,24 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
             raise ConfigError(f"{where}: arm {arm.name!r}: levels must list distinct levels "
                               f"of the experiment's conditions ({', '.join(names) or 'none'}), "
                               f"got {arm.levels!r}")
+
+
+def check_claims_and_premises(exp: Experiment, premises, where: str) -> None:
+    """Each claim against the arms and levels; the premises (kept on `exp`), which read no
+    metric of an arm a claim they gate reads."""
     from lmpo.experiments.design.claims import check_claim
     from lmpo.experiments.design.premises import check_premise_reads, check_premises
 
+    names = [a.name for a in exp.arms]
     for i, claim in enumerate(exp.claims):
-        check_claim(claim, [a.name for a in arms], f"{where}: claims[{i}]", exp.conditions)
+        check_claim(claim, names, f"{where}: claims[{i}]", exp.conditions)
         if exp.conditions:
             exp.claim_levels(claim, f"{where}: claims[{i}]")
-    exp.premises = check_premises(data.get("premises"), [a.name for a in arms],
-                                  len(exp.claims), where, exp.conditions)
+    exp.premises = check_premises(premises, names, len(exp.claims), where, exp.conditions)
     check_premise_reads(exp.premises, exp.claims, where)
     for i, premise in enumerate(exp.premises):
         if exp.conditions:
             exp.claim_levels(premise, f"{where}: premises[{i}]")
-    return exp
 
 
 def load_experiment(spec: str | Path) -> Experiment:

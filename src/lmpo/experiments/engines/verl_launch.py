@@ -111,8 +111,14 @@ def data_key(cfg) -> str:
 
 def refusals(cfg) -> list[str]:
     """The settings of `cfg` that verl's main PPO trainer cannot express, each named."""
+    return [f"{name}: {why}" for bad, name, why in setting_checks(cfg) + part_checks(cfg)
+            if bad]
+
+
+def setting_checks(cfg) -> list[tuple[bool, str, str]]:
+    """(refused, the setting, why) for each run setting verl's trainer lacks."""
     r = cfg.rollout
-    checks = [
+    return [
         (cfg.controller.name != "none", f"controller.name={cfg.controller.name}",
          "verl's rollout has no per-token stopping controller"),
         (r.sampler != "shuffled", f"rollout.sampler={r.sampler}",
@@ -156,6 +162,12 @@ def refusals(cfg) -> list[str]:
          f"optim.minibatches={cfg.optim.minibatches}",
          "the prompts per batch do not split into that many minibatches"),
     ]
+
+
+def part_checks(cfg) -> list[tuple[bool, str, str]]:
+    """(refused, the setting, why) for the loss's aggregation and the estimator's settings
+    where verl's own differ."""
+    checks = []
     agg = cfg.loss.agg or default_aggregation(cfg.loss.name)
     fixed = loss_meta(cfg.loss.name)["peer_agg"].get("verl")  # verl's own reduction
     # "row-mean" (geo_mean) is seq-mean-token-sum counting empty responses as rows
@@ -174,7 +186,7 @@ def refusals(cfg) -> list[str]:
         checks += [(k not in keyed, f"advantage.hparams.{k}={v}",
                     "the plugin's estimator takes verl's settings only")
                    for k, v in explicit.items()]
-    return [f"{name}: {why}" for bad, name, why in checks if bad]
+    return checks
 
 
 def verl_settings(cfg) -> dict:

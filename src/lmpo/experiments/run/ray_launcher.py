@@ -158,7 +158,7 @@ class Task:
 
 
 class RayPool:
-    """The launcher `lmpo.experiments.run.sweep.execute` drives (see the module docstring)."""
+    """The launcher `lmpo.experiments.run.dispatch.execute` drives (see the module docstring)."""
 
     name, retries = "ray", RETRIES
 

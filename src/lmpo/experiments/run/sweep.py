@@ -23,13 +23,10 @@ reads the directories whatever ran them.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shlex
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,20 +34,22 @@ import yaml
 
 from lmpo.atomic import write_text
 from lmpo.config import save_config
-from lmpo.errors import ConfigError, Interrupted, LmpoError
+from lmpo.errors import ConfigError, LmpoError
 from lmpo.experiments.design.spec import RUN_KEYS, Experiment, arm_config, check_differs
+from lmpo.experiments.run.dispatch import (
+    WARMSTARTS,
+    execute,
+    finished,
+    start_order,
+)
 from lmpo.experiments.run.launchers import (
     DEFAULT_LAUNCHER,
     LAUNCHERS,
-    Launcher,
     build_launcher,
     check_address,
 )
 from lmpo.experiments.run.upfront import check_experiment
 from lmpo.locks import directory_lock
-from lmpo.trainer.checkpoint import read_rows
-
-WARMSTARTS = "warmstarts"  # the sweep's pinned warm starts (lmpo.warmstart.pin)
 
 
 @dataclass
@@ -73,11 +72,6 @@ class Run:
         program = ["lmpo", "train"] if self.engine == "lmpo" else ["lmpo.integrations.trl_run"]
         return [sys.executable, "-m", *program, "--config", str(self.config),
                 "--run-dir", str(self.run_dir), "--quiet", "--resume"]
-
-
-def finished(run_dir: Path, steps: int) -> bool:
-    rows = read_rows(run_dir / "metrics.jsonl")
-    return (run_dir / "eval.json").exists() and bool(rows) and rows[-1]["step"] == steps
 
 
 def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Run]:
@@ -125,12 +119,6 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
     return runs
 
 
-def start_order(exp: Experiment, runs: list[Run]) -> list[Run]:
-    """`runs` seed by seed, within a seed level by level, in the experiment's arm order."""
-    arm_index = {arm.name: i for i, arm in enumerate(exp.expand().arms)}
-    return sorted(runs, key=lambda r: (exp.seeds.index(r.seed), arm_index[r.arm]))
-
-
 def engine_refusals(engine: str, cfg) -> list[str]:
     """What `engine` cannot express in `cfg` (lmpo expresses everything)."""
     if engine == "trl":
@@ -150,153 +138,6 @@ def config_changes(run_dir: Path, cfg) -> str:
         return ""
     old = yaml.safe_load(saved.read_text()) or {}
     return "; ".join(x.strip() for x in changes_since(old, cfg))
-
-
-def last_error(log: Path) -> str:
-    lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()] \
-        if log.exists() else []
-    errors = [x for x in lines if "error" in x.lower()]
-    return (errors or lines or ["no output"])[-1].strip()[:300]
-
-
-class LastRows:
-    """Each run's last rows, re-read only when its metrics file changed (size, mtime): the
-    live table reads the files that grow, not all of them (45 runs x 300 rows: ~0.5 s)."""
-
-    def __init__(self, keep: int = 20):
-        self.keep, self.seen = keep, {}
-
-    def __call__(self, run_dir: Path) -> list[dict]:
-        path = run_dir / "metrics.jsonl"
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return []
-        key = (st.st_size, st.st_mtime_ns)
-        cached = self.seen.get(path)
-        if cached is None or cached[0] != key:
-            cached = (key, read_rows(path)[-self.keep:])
-            self.seen[path] = cached
-        return cached[1]
-
-
-def status_table(exp: Experiment, runs: list[Run], last_rows: LastRows):
-    """The live table of `runs`, their last rows read through `last_rows`."""
-    from rich.table import Table
-
-    levels = len(exp.conditions.get("levels") or {}) if exp.conditions else 0
-    table = Table(title=f"lmpo compare {exp.name}: {len(exp.arms)} arms x "
-                        + (f"{levels} levels x " if levels else "")
-                        + f"{len(exp.seeds)} seeds, {exp.steps} steps")
-    for col in ("arm", "seed", "status", "step", "reward", "accuracy", "ETA"):
-        table.add_column(col, justify="right" if col not in ("arm", "status") else "left")
-    for run in runs:
-        rows = last_rows(run.run_dir)
-        last = rows[-1] if rows else {}
-        step = last.get("step", 0)
-        eta = "-"
-        if run.status == "running" and rows:
-            per_step = sum(r.get("time/step", 0.0) for r in rows[-20:]) / len(rows[-20:])
-            eta = f"{per_step * (exp.steps - step):.0f} s"
-        table.add_row(run.arm, str(run.seed), run.status, f"{step}/{exp.steps}",
-                      f"{last['reward/mean']:.3f}" if "reward/mean" in last else "-",
-                      f"{last['reward/accuracy']:.3f}" if "reward/accuracy" in last else "-",
-                      eta)
-    return table
-
-
-def execute(exp: Experiment, runs: list[Run], out: Path, pool: Launcher, *,
-            live: bool = True) -> None:
-    """Run the pending runs through `pool` (a launcher: `lmpo.experiments.run.launchers`),
-    as many at once as it has room for, updating each run's
-    status. A run whose machine went away runs again (it resumes from its checkpoint), at
-    most `pool.retries` times; one that exits with an error is reported failed. Whatever
-    ends the sweep, `pool.close()` stops what is still running."""
-    from rich.console import Console
-    from rich.live import Live
-
-    console = Console()
-    queue = start_order(exp, [r for r in runs if r.status == "pending"])
-    active: dict[str, tuple[Run, object]] = {}
-    retried: dict[str, int] = {}
-    started = time.time()
-    history = out / "sweep.json"
-    past = read_history(history)
-    record = {"started": started, "wall_s": None, **pool.describe(), "status": "interrupted"}
-    write_text(history, json.dumps([*past, record], indent=2) + "\n")  # None if killed
-    show = live and console.is_terminal
-    from lmpo.warmstart import PINNED_ENV
-
-    env = os.environ | {"PYTHONUNBUFFERED": "1", PINNED_ENV: str((out / WARMSTARTS).absolute())}
-    last_rows, shown_at = LastRows(), 0.0
-
-    def say(line: str) -> None:
-        if not show:
-            console.print(line, highlight=False)
-    try:
-        with Live(status_table(exp, runs, last_rows), console=console, refresh_per_second=2,
-                  transient=False) if show else contextlib.nullcontext() as view:
-            while queue or active:
-                while queue and pool.free():
-                    run = queue.pop(0)
-                    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-                    handle = pool.start(run, env)
-                    active[run.name] = (run, handle)
-                    run.status, run.started = "running", time.time()
-                    say(f"started {run.name}{pool.where(handle)}")
-                time.sleep(0.5)
-                for name, (run, handle) in list(active.items()):
-                    outcome = pool.poll(handle)
-                    if outcome is None:
-                        continue
-                    del active[name]
-                    if outcome.lost and retried.get(name, 0) < pool.retries:
-                        retried[name] = retried.get(name, 0) + 1
-                        run.status = "pending"
-                        queue.insert(0, run)  # resumes from its last checkpoint
-                        say(f"retrying {run.name}: {outcome.lost} (retry {retried[name]} of "
-                            f"{pool.retries})")
-                        continue
-                    ok = not outcome.lost and outcome.code == 0 and finished(run.run_dir,
-                                                                              exp.steps)
-                    run.status = "done" if ok else "failed"
-                    run.error = "" if ok else outcome.lost or \
-                        f"exit {outcome.code}: {last_error(run.log)}"
-                    say(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
-                        + (f": {run.error}" if run.error else ""))
-                if show and (time.time() - shown_at >= 2.0 or not (queue or active)):
-                    view.update(status_table(exp, runs, last_rows))  # off a terminal: none
-                    shown_at = time.time()
-    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (lmpo.errors.Interrupted)
-        record["interrupted"] = "SIGTERM" if isinstance(exc, Interrupted) else "SIGINT"
-        for run, _ in active.values():
-            run.status = "interrupted"
-        raise
-    finally:
-        pool.close()  # stops what still runs, at its last checkpoint
-        record |= {"wall_s": time.time() - started,
-                   "status": {r.name: r.status for r in runs}}
-        if retried:
-            record["retried"] = retried
-        write_text(history, json.dumps([*past, record], indent=2) + "\n")
-
-
-def read_history(path: Path) -> list:
-    """sweep.json's records; a damaged one (cut short by an older lmpo, or edited) is kept
-    aside as sweep.json.damaged, said in one line, and the history starts again."""
-    if not path.exists():
-        return []
-    try:
-        past = json.loads(path.read_text())
-        if isinstance(past, list):
-            return past
-    except (ValueError, UnicodeDecodeError):
-        pass
-    aside = path.with_name(path.name + ".damaged")
-    os.replace(path, aside)
-    print(f"lmpo compare: {path} was not a list of records; kept it as {aside} and started "
-          "the history again (the runs are read from their own directories)", file=sys.stderr)
-    return []
 
 
 def next_look(exp: Experiment, out: Path) -> list[int] | None:
@@ -365,12 +206,7 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                 shutil.rmtree(out, ignore_errors=True)
             raise
         if list_only:
-            for run in start_order(exp, runs):
-                print(shlex.join(run.command()) if run.status != "refused"
-                      else f"# refused: {run.name}: {run.error}")
-            if exp.design:
-                print(f"# seeds until decided: later blocks ({exp.design}) are added by "
-                      "`lmpo compare` after judging each look")
+            print_plan(exp, runs)
             return 0
         while True:
             prebuild(runs, out)
@@ -383,6 +219,21 @@ def compare(exp: Experiment, out: str | Path, *, jobs: int = 1, list_only: bool 
                 break
             exp.seeds = more
             runs = plan(exp, out, jobs, engine)
+    return outcome(runs, out, engine)
+
+
+def print_plan(exp: Experiment, runs: list[Run]) -> None:
+    """`lmpo compare --list`: each run's command line (or why its engine refused it)."""
+    for run in start_order(exp, runs):
+        print(shlex.join(run.command()) if run.status != "refused"
+              else f"# refused: {run.name}: {run.error}")
+    if exp.design:
+        print(f"# seeds until decided: later blocks ({exp.design}) are added by "
+              "`lmpo compare` after judging each look")
+
+
+def outcome(runs: list[Run], out: Path, engine: str) -> int:
+    """What the sweep says at its end (refused, failed or all finished) and its exit code."""
     refused = [r for r in runs if r.status == "refused"]
     for run in refused:
         print(f"refused by {engine}: {run.name}: {run.error}", file=sys.stderr)

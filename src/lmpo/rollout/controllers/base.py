@@ -105,6 +105,14 @@ class StopAccounting:
     """
 
     _ACCOUNTING = ("last_stop_rate", "tokens_cum", "extra_cum")
+    # the keyword-only hyper-parameters every stopping controller declares and passes here
+    SHARED = ("r_fail", "min_tokens", "measure_false_positives", "failure_reward",
+              "reward_range", "stop_value")
+
+    @classmethod
+    def shared(cls, values: dict) -> dict:
+        """The shared settings among a subclass's `__init__` arguments (its `locals()`)."""
+        return {k: values[k] for k in cls.SHARED}
 
     def __init__(self, *, r_fail: float | None, min_tokens: int, measure_false_positives: bool,
                  failure_reward: float | None = None,

@@ -71,10 +71,7 @@ class ESPO(StopAccounting):
                  measure_false_positives: bool = True, seed: int = 0,
                  failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0),
                  stop_value: str = "absorbing"):
-        super().__init__(r_fail=r_fail, min_tokens=min_tokens,
-                         measure_false_positives=measure_false_positives,
-                         failure_reward=failure_reward, reward_range=reward_range,
-                         stop_value=stop_value)
+        super().__init__(**self.shared(locals()))
         if mode not in MODES:
             raise ValueError(f"unknown ESPO mode {mode!r}; valid modes: {', '.join(MODES)} "
                              "(variant F is the random_stop controller)")

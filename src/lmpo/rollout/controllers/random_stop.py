@@ -64,10 +64,7 @@ class RandomStop(StopAccounting):
                  min_tokens: int = 1, measure_false_positives: bool = True, seed: int = 0,
                  failure_reward: float | None = 0.0, reward_range: tuple = (0.0, 1.0),
                  stop_value: str = "absorbing"):
-        super().__init__(r_fail=r_fail, min_tokens=min_tokens,
-                         measure_false_positives=measure_false_positives,
-                         failure_reward=failure_reward, reward_range=reward_range,
-                         stop_value=stop_value)
+        super().__init__(**self.shared(locals()))
         if (savings is None) == (reference is None):
             raise ValueError("random stopping needs exactly one target: savings (a fraction) "
                              "or reference (an ESPO run whose token curve it tracks)")
