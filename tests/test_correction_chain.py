@@ -11,15 +11,22 @@ import pytest
 import torch
 
 from lmpo.config import ConfigError, load_config
+from lmpo.rollout import correction_hparams
 from lmpo.rollout.corrections.chain import Chain, build_correction
 from lmpo.trainer.loop import train
 from lmpo.trainer.metric_names import declared, logs
 from lmpo.trainer.train_config import TrainConfig
-from tests.test_corrections import batch, ref_rejection, ref_weights
+from tests.correction_references import REFERENCES
+from tests.test_corrections import batch
 from tests.test_trainer import tiny_cfg
 
 CHAIN = [("rs_token_k1", {"lower": 0.9, "upper": 1.1}), ("rs_seq_mean_k3", {"upper": 0.006}),
          ("tis", {"upper": 1.5})]
+
+
+def reference(kind: str, hp: dict, lr: list, mask: list):
+    """The float64 reference of one link (tests/correction_references/)."""
+    return REFERENCES[kind].fn(lr, mask, **(correction_hparams(kind) | hp))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -27,11 +34,11 @@ def test_a_chain_multiplies_the_masks_and_keeps_the_one_weight(seed):
     lr, mask = batch(seed, spread=0.1)
     got = build_correction(CHAIN)(lr, mask)
     m = mask.tolist()
-    token = ref_rejection("token_k1", lr.tolist(), m, 0.9, 1.1)
-    seq = ref_rejection("seq_mean_k3", lr.tolist(), m, None, 0.006)
+    _, token = reference(*CHAIN[0], lr.tolist(), m)
+    _, seq = reference(*CHAIN[1], lr.tolist(), m)
+    weights, _ = reference(*CHAIN[2], lr.tolist(), m)
     want_mask = torch.tensor(token, dtype=torch.float64) * torch.tensor(seq, dtype=torch.float64)
-    want_w = torch.tensor(ref_weights("tis", lr.tolist(), m, {"upper": 1.5}),
-                          dtype=torch.float64)
+    want_w = torch.tensor(weights, dtype=torch.float64)
     assert torch.equal(got.mask, want_mask)
     torch.testing.assert_close(got.weights, want_w, rtol=1e-12, atol=1e-300)
     valid = int(mask.sum())
