@@ -48,6 +48,7 @@ from lmpo.rollout import fast_llama
 from lmpo.trainer import loop, setup, stages
 from lmpo.trainer import update as update_mod
 from lmpo.trainer.train_config import TrainConfig
+from lmpo.warmstart import resolve_policy
 
 OVERHEAD = prefix_mod.BUCKET_OVERHEAD
 
@@ -192,8 +193,8 @@ def measure(dtype: str, steps: int, repeats: int, variant: str, evaluated: dict,
         else:
             timers.wrap(setup.Run, "evaluate", "evaluation", lambda a, k, out: (
                 evaluated.update(result=out) or "evaluation"))
-        run = setup.open_run(cfg, Path(tmp) / "run", resume=False, progress=False,
-                             verbose=False)
+        run = setup.open_run(cfg, Path(tmp) / "run", resolve_policy(cfg.policy),
+                             resume=False, progress=False, verbose=False)
         timers.restore()
         evaluated.setdefault("seconds", timers.s["evaluation"])
         evaluation = evaluated["seconds"]

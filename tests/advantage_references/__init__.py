@@ -14,27 +14,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from tests.reference_registry import registry
 
-@dataclass
-class Reference:
-    fn: Callable
-    cases: list[dict] = field(default_factory=lambda: [{}])
-
-
-REFERENCES: dict[str, Reference] = {}
-
-
-def reference(name: str, *, cases: list[dict] | None = None):
-    def deco(fn):
-        if name in REFERENCES:
-            raise ValueError(f"two references for estimator {name!r}")
-        REFERENCES[name] = Reference(fn, list(cases) if cases else [{}])
-        return fn
-
-    return deco
+REFERENCES, reference = registry("estimator")
 
 
 def members(scores: list[float], groups: list[int], g: int) -> list[float]:

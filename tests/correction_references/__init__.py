@@ -16,29 +16,11 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
+
+from tests.reference_registry import registry
 
 S = 20.0  # the safety clamp on log-ratios before exp
-
-
-@dataclass
-class Reference:
-    fn: Callable
-    cases: list[dict] = field(default_factory=lambda: [{}])
-
-
-REFERENCES: dict[str, Reference] = {}
-
-
-def reference(kind: str, *, cases: list[dict] | None = None):
-    def deco(fn):
-        if kind in REFERENCES:
-            raise ValueError(f"two references for correction {kind!r}")
-        REFERENCES[kind] = Reference(fn, list(cases) if cases else [{}])
-        return fn
-
-    return deco
+REFERENCES, reference = registry("correction")
 
 
 def ex(v: float) -> float:
