@@ -34,7 +34,7 @@ help:
 	@echo "make test-verl-range  the verl suite at the supported range's other end (verl 0.9.0; not in make test)"
 	@echo "make wheel       build dist/lmpo-VERSION-py3-none-any.whl (install it anywhere without a clone)"
 	@echo "make test-wheel  the wheel alone in a fresh environment, then with its training extra"
-	@echo "make check-reports  every committed report regenerated from its runs equals the committed one (~4 min)"
+	@echo "make check-reports  every committed report regenerated from its runs equals the committed one (~90 s)"
 	@echo "make bench       the benchmarks against their peers (benchmarks/results/)"
 	@echo "make bench-trl   the benchmarks against TRL, in .venv-trl"
 	@echo "make gpu-wheels  the wheels benchmarks/gpu_check.sh installs on a CUDA machine offline"
