@@ -12,7 +12,7 @@ from lmpo.registry import DEFAULT_ESTIMATOR, Registry  # noqa: F401 (re-exported
 ADVANTAGES = Registry("advantage estimator", defaults={
     "needs_critic": False, "wants_clusters": False, "wants_lengths": False,
     "wants_parts": False, "wants_baselines": False, "wants_paths": False,
-    "peer_keys": {}, "peer_names": {},
+    "peer_keys": {}, "peer_names": {}, "twin": None, "readings": (),
     "diagnostics": (), "engagement": None,
     # what a change of estimator changes by design: |A|, and with it the step's size and
     # how often gradient-norm clipping rescales it

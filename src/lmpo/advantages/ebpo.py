@@ -66,8 +66,11 @@ class Prior:
 
 
 @ADVANTAGES.register("ebpo", wants_clusters=True, singleton="score", constant_groups="prior",
-                     diagnostics=("ebpo/shrinkage", "ebpo/mu_glob", "ebpo/tau2",
-                                  "grad/norm", "adv/allfail_frac", "adv/allfail_mean"),
+                     diagnostics=("ebpo/shrinkage", "ebpo/shrinkage_std", "ebpo/mu_glob",
+                                  "ebpo/tau2", "grad/norm", "adv/allfail_frac",
+                                  "adv/allfail_mean"),
+                     twin={"advantage": {"name": "grpo"}},
+                     readings=("ebpo/shrinkage", "ebpo/shrinkage_std"),
                      engagement="adv/allfail_mean",
                      domains={"eps": "[0, inf)", "scale": "{global, none}",
                               "prior": "{global, cluster}", "decay": "(0, 1) | None"},
@@ -176,6 +179,7 @@ class EBPO(Estimator):
         adv = adv / scale
         metrics = summary(adv, g, clusters) | {
             "ebpo/shrinkage": float(shrink.mean()),
+            "ebpo/shrinkage_std": float(shrink.std(correction=0)),  # over the batch's groups
             "ebpo/mu_glob": self.mu_glob,
             "ebpo/sigma2": self.sigma2,
             "ebpo/tau2": self.tau2,

@@ -89,9 +89,19 @@ def dppo_kl(logp, old_logp, adv, mask, *, delta=0.05, clip_ratio_c=3.0, delta_lo
     return loss, metrics
 
 
+def gradient_share(part: torch.Tensor, whole: torch.Tensor, mask: torch.Tensor) -> float:
+    """||part|| / ||whole|| over the valid tokens (0 where `whole` is all zero)."""
+    norm = float(whole[mask].norm())
+    return float(part[mask].norm()) / norm if norm > 0 else 0.0
+
+
 @LOSSES.register("drpo", default_agg="seq-mean-token-sum-norm",
                  diagnostics=("loss/drpo/weight_min", "loss/drpo/weight_max",
-                              "loss/drpo/deviated_frac"),
+                              "loss/drpo/deviated_frac", "loss/drpo/weight_dev_mean",
+                              "loss/drpo/weight_dev_max", "loss/drpo/penalty_share"),
+                 twin={"loss": {"name": "importance_sampling"}},
+                 readings=("loss/drpo/weight_dev_mean", "loss/drpo/weight_dev_max",
+                           "loss/drpo/penalty_share"),
                  acts={"metric": "loss/drpo/weight_dev_max", "above": 1e-3},
                  engagement="loss/drpo/deviated_frac",
                  domains={"delta": "[1e-6, inf)"},  # smaller: the penalty overflows float32
@@ -102,7 +112,11 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
     """DRPO: L = -r A + |A| q (r - 1)^2 / (2 delta)  (= -rA + |A| (p-q)^2 / (2 delta q)).
 
     Gradient w.r.t. logp is plain PG's -rA times w = 1 - sign(A(r-1)) |p-q| / delta:
-    1 at the anchor, 0 at |p-q| = delta when moving with A, corrective beyond.
+    1 at the anchor, 0 at |p-q| = delta when moving with A, corrective beyond. Since
+    |p - q| <= 1, |w - 1| <= 1 / delta: at the published delta 12.5 a token's weight moves
+    at most 0.08 from 1. Its readings: the mean and largest |w - 1| over valid tokens, and
+    `penalty_share`, the norm of the penalty's per-token gradient |A| q (r - 1) r / delta
+    over that of the plain PG's, r A (per token, before aggregation).
     """
     if delta <= 0:
         raise ValueError(f"drpo delta must be > 0, got {delta}")
@@ -120,6 +134,10 @@ def drpo(logp, old_logp, adv, mask, *, delta=12.5):
         "drpo/weight_dev_max": float(dev[x.mask].max()) if any_valid else 0.0,
         **x.shares("drpo/deviated_frac", (dev > DEVIATED).to(w.dtype)),
         "drpo/penalty_mean": x.mean(penalty.detach()),
+        "drpo/weight_dev_mean": x.mean(dev),
+        "drpo/penalty_share": gradient_share(
+            (x.adv.abs() * q * (x.ratio - 1) * x.ratio / delta).detach(),
+            (x.ratio * x.adv).detach(), x.mask),
     }
     return x.zero_off_mask(loss), metrics
 

@@ -13,6 +13,8 @@ from lmpo.losses.registry import CLIP, DUAL_CLIP, LOSSES, TRL_CLIP, VERL_CLIP
                               "loss/cegppo/beta_grad_frac"),
                  acts={"metric": "loss/clipfrac", "above": 0.0},
                  engagement="loss/cegppo/beta_grad_frac",
+                 twin={"loss": {"name": "cegppo", "hparams": {"beta1": 0.0, "beta2": 0.0}}},
+                 readings=("loss/cegppo/beta_grad_frac",),
                  peer_keys={"verl": VERL_CLIP, "trl": TRL_CLIP},
                  domains=CLIP | DUAL_CLIP | {"beta1": "[0, inf)", "beta2": "[0, inf)"},
                  title="CE-GPPO", source="arXiv 2509.20712",

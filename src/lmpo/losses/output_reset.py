@@ -26,6 +26,8 @@ def or_margin_after(new_logp, old_logp, adv, mask, *, alpha=OR_MARGIN) -> dict[s
                               "diag/or_overshoot_after", "diag/displacement_seq_after"),
                  acts={"metric": "loss/or/overshoot_frac", "above": 0.0},
                  engagement="diag/or_overshoot_after",
+                 twin={"loss": {"name": "importance_sampling"}},
+                 readings=("loss/or/overshoot_frac",),
                  post_update={"displacement": {}, "or_margin": {"alpha": "alpha"}},
                  domains={"alpha": "(0, inf)", "weight": "{sign, abs}"},
                  title="Output Reset (PPO-OR, GRPO-OR)", source="arXiv 2607.18163",

@@ -49,6 +49,7 @@ LOSSES = Registry("loss", defaults={
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
     "batch_token_mean": False, "agg_is_method": False, "peer_agg": {}, "dual_clip": None,
+    "twin": None, "readings": (),
 })
 
 

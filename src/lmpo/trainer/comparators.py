@@ -41,8 +41,9 @@ import torch
 
 from lmpo.advantages import advantage_meta
 from lmpo.config import ConfigError
-from lmpo.losses import aggregate
+from lmpo.losses import aggregate, default_aggregation, loss_meta
 from lmpo.models.forward import critic_values
+from lmpo.rollout import CONTROLLERS
 from lmpo.trainer.advantage import comparator_advantages, rescored_advantages
 from lmpo.trainer.parts import controller_part, estimator_part, loss_part
 
@@ -137,6 +138,31 @@ def replace_controller(comp: Comparator, ctl: dict, spec: dict, cfg) -> None:
 # the parts a comparator may replace (its `log.comparators` keys), each with its builder
 PARTS = {"loss": replace_loss, "advantage": replace_advantage,
          "controller": replace_controller}
+
+
+def twins(cfg) -> dict[str, dict]:
+    """{method: its ablated twin as a `log.comparators` entry} for each part of `cfg` whose
+    registration declares one (metadata `twin`): the same run with only the method's own
+    mechanism removed. A twin of the same registered part keeps the run's hyper-parameters
+    under the twin's own (CE-GPPO with beta1 = beta2 = 0), and a loss twin keeps the run's
+    aggregation, so the twin differs from the run in the mechanism alone."""
+    own = {"loss": (cfg.loss, loss_meta), "advantage": (cfg.advantage, advantage_meta),
+           "controller": (cfg.controller, CONTROLLERS.meta)}
+    out = {}
+    for part, (section, meta) in own.items():
+        twin = meta(section.name)["twin"]
+        if not twin:
+            continue
+        spec = {}
+        for kind, sub in twin.items():
+            sub = {k: dict(v) if isinstance(v, dict) else v for k, v in sub.items()}
+            if kind == part and sub["name"] == section.name:
+                sub["hparams"] = dict(section.hparams or {}) | sub.get("hparams", {})
+            if kind == "loss":
+                sub.setdefault("agg", cfg.loss.agg or default_aggregation(cfg.loss.name))
+            spec[kind] = sub
+        out[section.name] = spec
+    return out
 
 
 def scores_differ(theirs, mine) -> bool:

@@ -53,7 +53,8 @@ DOMAINS = {
 
 
 @CONTROLLERS.register("espo", diagnostics=STOP_DIAGNOSTICS, domains=DOMAINS, title="ESPO",
-                      engagement="espo/stop_rate",
+                      engagement="espo/stop_rate", twin={"controller": {"name": "none"}},
+                      readings=("espo/stop_rate", "espo/false_positive_rate"),
                       source="arXiv 2605.29860",
                       summary="stops failing rollouts mid-flight when smoothed regret exceeds "
                               "beta * max(V, eps_v), after a relative critic warm-up; "

@@ -14,7 +14,8 @@ from lmpo.registry import DEFAULT_CONTROLLER, Registry  # noqa: F401 (re-exporte
 CONTROLLERS = Registry("rollout controller", defaults={
     "diagnostics": (), "engagement": None, "preset_keys": (), "title": "", "source": "",
     "mediates": ("rollout_tokens", "update_share"),  # what stopping changes by design
-    "summary": "", "example": {}})  # example: hparams that make a valid instance
+    "summary": "", "example": {},  # example: hparams that make a valid instance
+    "twin": None, "readings": ()})
 CONTEXT = ("total_steps", "seed", "failure_reward", "reward_range")
 
 

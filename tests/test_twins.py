@@ -1,0 +1,102 @@
+"""Each of the five methods names its ablated twin (the same run with only its own mechanism
+removed) and its own readings, as registry metadata; the twin builds as a same-batch
+comparator of the method's preset and differs from it in the mechanism alone; DRPO's
+readings equal a float64 computation and say how far its penalty can act."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmpo.advantages import advantage_meta, list_advantages
+from lmpo.config import load_config
+from lmpo.losses import get_loss, list_losses, loss_meta
+from lmpo.rollout import CONTROLLERS, list_controllers
+from lmpo.trainer.comparators import build_comparators, twins
+from lmpo.trainer.train_config import TrainConfig
+
+D = torch.float64
+# (preset, the part that carries the mechanism, the twin's change)
+METHODS = {"drpo": ("drpo", "loss", {"name": "importance_sampling"}),
+           "cegppo": ("cegppo", "loss", {"name": "cegppo",
+                                         "hparams": {"beta1": 0.0, "beta2": 0.0}}),
+           "output_reset": ("grpo_or", "loss", {"name": "importance_sampling"}),
+           "ebpo": ("ebpo", "advantage", {"name": "grpo"}),
+           "espo": ("espo", "controller", {"name": "none"})}
+
+
+def declared_twins() -> dict[str, dict]:
+    metas = [(n, loss_meta(n)) for n in list_losses()] + \
+        [(n, advantage_meta(n)) for n in list_advantages()] + \
+        [(n, CONTROLLERS.meta(n)) for n in list_controllers()]
+    return {n: m["twin"] for n, m in metas if m["twin"]}
+
+
+def test_the_five_methods_and_only_they_declare_a_twin_and_readings():
+    assert sorted(declared_twins()) == sorted(METHODS)
+    for name, (_, part, change) in METHODS.items():
+        assert declared_twins()[name] == {part: change}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_twin_builds_as_a_comparator_and_removes_only_the_mechanism(method):
+    preset, part, change = METHODS[method]
+    cfg = load_config(TrainConfig, preset, ["policy=unused"])
+    assert getattr(cfg, part).name == method
+    (spec,) = twins(cfg).values()
+    assert set(spec) == {part} and spec[part]["name"] == change["name"]
+    if part == "loss":  # the run's aggregation, and its other hyper-parameters where the
+        # twin is the same loss
+        assert spec["loss"]["agg"] == (cfg.loss.agg or loss_meta(method)["default_agg"])
+        if change["name"] == method:
+            assert spec["loss"]["hparams"] == cfg.loss.hparams | change["hparams"]
+    twin_cfg = load_config(TrainConfig, preset, ["policy=unused"])
+    twin_cfg.log.comparators = {"twin": spec}
+    (comp,) = build_comparators(twin_cfg)
+    assert comp.name == "twin"
+    meta = {"loss": loss_meta, "advantage": advantage_meta, "controller": CONTROLLERS.meta}
+    readings = meta[part](method)["readings"]
+    assert readings and set(readings) <= set(meta[part](method)["diagnostics"])
+
+
+def drpo_reference(lp, olp, a, delta):
+    """(mean |w - 1|, max |w - 1|, penalty share) written token by token."""
+    devs, pen, pg = [], 0.0, 0.0
+    for x, y, adv in zip(lp, olp, a, strict=True):
+        q, r = math.exp(y), math.exp(x - y)
+        moved = q * (r - 1)
+        devs.append(abs(moved) / delta)
+        pen += (abs(adv) * q * (r - 1) * r / delta) ** 2
+        pg += (r * adv) ** 2
+    return sum(devs) / len(devs), max(devs), math.sqrt(pen) / math.sqrt(pg)
+
+
+@pytest.mark.parametrize("delta", [12.5, 0.5, 0.05])
+def test_drpos_readings_equal_a_float64_reference(delta):
+    g = torch.Generator().manual_seed(3)
+    old = torch.log(torch.rand(4, 6, generator=g, dtype=D) * 0.9 + 0.05)
+    logp = (old + 0.4 * torch.randn(4, 6, generator=g, dtype=D)).clamp(max=-1e-3)
+    adv = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=D)
+    mask = torch.ones(4, 6, dtype=D)
+    _, m = get_loss("drpo", delta=delta)(logp, old, adv, mask)
+    want = drpo_reference(logp.flatten().tolist(), old.flatten().tolist(),
+                          adv[:, None].expand(4, 6).flatten().tolist(), delta)
+    assert (m["drpo/weight_dev_mean"], m["drpo/weight_dev_max"], m["drpo/penalty_share"]) == \
+        pytest.approx(want, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(delta=st.floats(0.05, 50.0), seed=st.integers(0, 10_000))
+def test_drpos_weight_moves_at_most_one_over_delta(delta, seed):
+    """|w - 1| = |p - q| / delta <= 1 / delta: at the published delta 12.5 no token's
+    weight leaves [0.92, 1.08], whatever the policies."""
+    g = torch.Generator().manual_seed(seed)
+    old = torch.log(torch.rand(3, 5, generator=g, dtype=D).clamp(min=1e-6))
+    logp = torch.log(torch.rand(3, 5, generator=g, dtype=D).clamp(min=1e-6))
+    adv = torch.randn(3, generator=g, dtype=D)
+    _, m = get_loss("drpo", delta=delta)(logp, old, adv, torch.ones(3, 5, dtype=D))
+    assert m["drpo/weight_dev_max"] <= 1 / delta + 1e-12
