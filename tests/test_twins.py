@@ -5,6 +5,7 @@ readings equal a float64 computation and say how far its penalty can act."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -100,3 +101,86 @@ def test_drpos_weight_moves_at_most_one_over_delta(delta, seed):
     adv = torch.randn(3, generator=g, dtype=D)
     _, m = get_loss("drpo", delta=delta)(logp, old, adv, torch.ones(3, 5, dtype=D))
     assert m["drpo/weight_dev_max"] <= 1 / delta + 1e-12
+
+
+# ---------------------------------------------------------------- "mechanism inert"
+def test_inert_comes_before_every_label_but_insufficient_seeds():
+    from lmpo.experiments.stats.labels import judge
+
+    claim = {"kind": "direction", "expect": "greater", "min_effect": 0.01}
+    a, b = [0.9, 0.95, 0.92, 0.97, 0.93], [0.5, 0.52, 0.49, 0.51, 0.5]
+    assert judge(claim, a, b)["verdict"] == "holds"
+    out = judge(claim, a, b, inert="twin below the floor", confounded="effective: x")
+    assert (out["verdict"], out["first"], out["reason"]) == (
+        "mechanism inert", "holds", "twin below the floor")
+    assert judge(claim, a[:2], b[:2], inert="twin")["verdict"] == "insufficient seeds"
+
+
+def twin_sweep(tmp_path, policy, distance: float):
+    """A compare directory with `twins: true` whose rows are written by hand: DRPO well
+    above GRPO on every seed, its update `distance` from its twin (importance_sampling) and
+    0.05 from GRPO's parts."""
+    import json
+
+    import yaml
+
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.run.sweep import plan
+
+    data = {"base": {"policy": str(policy), "log": {"tensorboard": False}},
+            "arms": {"drpo": {"preset": "drpo"}, "grpo": {"preset": "grpo"}},
+            "seeds": 5, "steps": 2, "differs_in": ["loss", "advantage"], "twins": True,
+            "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "grpo"],
+                        "expect": "greater", "sentence": "DRPO beats GRPO",
+                        "min_effect": 0.05}]}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "sweep"
+    runs = plan(load_experiment(path), out, jobs=1)
+    before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
+              "accuracy_trained": 0.1, "accuracy_other": None}
+    for run in runs:
+        value = (0.8 if run.arm == "drpo" else 0.5) + 0.01 * run.seed
+        rows = [{"step": t, "reward/mean": value} for t in (1, 2)]
+        if run.arm == "drpo":
+            for r in rows:
+                r |= {"shadow/twin_drpo/weight_tv": distance, "shadow/grpo/weight_tv": 0.05}
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
+    return out
+
+
+@pytest.mark.parametrize("distance,label", [(0.0002, "mechanism inert"), (0.02, "holds")])
+def test_a_method_within_the_floor_of_its_twin_reads_mechanism_inert(
+        tmp_path, tiny_policy_dir, distance, label):
+    import yaml
+
+    from lmpo.experiments.report.write import report
+
+    out = twin_sweep(tmp_path, tiny_policy_dir, distance)
+    config = yaml.safe_load((out / "configs" / "drpo-seed0.yaml").read_text())
+    assert config["log"]["comparators"]["twin_drpo"]["loss"]["name"] == "importance_sampling"
+    assert "twin_grpo" not in yaml.safe_load(
+        (out / "configs" / "grpo-seed0.yaml").read_text())["log"]["comparators"]
+    md = report(out, tmp_path / "report.md")
+    (claim,) = json.loads(md.with_suffix(".json").read_text())["claims"]
+    assert claim["verdict"] == label and claim["twin"]["value"] == pytest.approx(distance)
+    assert claim["engagement"]["value"] == pytest.approx(0.05)  # engaged against GRPO
+    assert "the method's twin (twin_drpo): weight_tv" in md.read_text()
+
+
+def test_without_twins_an_experiment_logs_none_and_reads_as_before(tmp_path):
+    from lmpo.experiments.design.comparators import twin_log
+    from lmpo.experiments.design.spec import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("arms: {drpo: {preset: drpo}, grpo: {preset: grpo}}\nsteps: 2\n"
+                    "differs_in: [loss]\n")
+    exp = load_experiment(path)
+    assert exp.twins is False and "twins" not in exp.to_dict()
+    cfg = load_config(TrainConfig, "drpo", ["policy=unused"])
+    assert list(twin_log(cfg)) == ["twin_drpo"]
+    path.write_text(path.read_text() + "twins: yes please\n")
+    with pytest.raises(Exception, match="twins must be true or false"):
+        load_experiment(path)

@@ -24,6 +24,7 @@ from lmpo.experiments.design.keys import NEVER_COUNT, covered
 from lmpo.experiments.stats.kinds import claim_kind
 
 PART_SECTIONS = ("loss", "advantage", "controller")
+TWIN_PREFIX = "twin_"  # a method's ablated twin, as its comparator is named
 PART_KEYS = ("loss.name", "loss.hparams", "loss.agg", "advantage", "controller")
 
 
@@ -73,18 +74,19 @@ def claim_pairs(exp) -> dict[str, dict[str, str]]:
 
 
 def comparator_log(exp, arm, data_of) -> dict:
-    """{log: {comparators: {...}}} for `arm`'s runs, or {} (no claim pairs it);
-    `data_of(arm)` is an arm's raw config mapping without comparators."""
+    """{log: {comparators: {...}}} for `arm`'s runs, or {} (no claim pairs it, and no twin
+    where the experiment asks for its methods' twins); `data_of(arm)` is an arm's raw
+    config mapping without comparators."""
     from lmpo.trainer.train_config import TrainConfig
 
     pairs = claim_pairs(exp).get(arm.name, {})
-    if not pairs:
+    if not pairs and not exp.twins:
         return {}
     try:
         mine = build(TrainConfig, data_of(arm))
     except ConfigError:
         return {}  # the arm itself fails to build: its own error says why
-    comps = {}
+    comps = twin_log(mine) if exp.twins else {}
     for name, other in pairs.items():
         try:
             theirs = build(TrainConfig, data_of(exp.arm(other)))
@@ -94,6 +96,16 @@ def comparator_log(exp, arm, data_of) -> dict:
         if spec and replayable(mine, spec):
             comps[name] = spec
     return {"log": {"comparators": comps}} if comps else {}
+
+
+def twin_log(mine) -> dict[str, dict]:
+    """{`twin_<method>`: its ablated twin} for each method of the TrainConfig `mine` whose
+    registration names a twin (lmpo.trainer.comparators.twins) and which its runs can
+    replay."""
+    from lmpo.trainer.comparators import twins
+
+    return {f"{TWIN_PREFIX}{method}": spec for method, spec in twins(mine).items()
+            if replayable(mine, spec)}
 
 
 def replayable(mine, spec: dict) -> bool:

@@ -57,7 +57,7 @@ from lmpo.trainer.train_config import TrainConfig
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
 RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions",
-            "premises")
+            "premises", "twins")
 
 
 @dataclass
@@ -89,6 +89,9 @@ class Experiment:
     design: dict | None = None
     # what must hold for the claims to be tested here (lmpo.experiments.design.premises)
     premises: list[dict] = field(default_factory=list)
+    # each arm's runs also log their methods' ablated twins (`twin_<method>` comparators),
+    # and a claim whose first arm's twin distance is below the floor reads "mechanism inert"
+    twins: bool = False
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -113,7 +116,8 @@ class Experiment:
                 for name, lv in self.conditions["levels"].items()}}}
                if self.conditions else {}) \
             | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {}) \
-            | ({"premises": self.premises} if self.premises else {})
+            | ({"premises": self.premises} if self.premises else {}) \
+            | ({"twins": True} if self.twins else {})
 
     def arm_levels(self, name: str) -> list[str | None]:
         """The levels an arm runs at ([None] without conditions)."""
@@ -211,7 +215,7 @@ def _seeds(value, where: str) -> list[int]:
 
 EXPERIMENT_KEYS = {"name", "description", "notes", "base", "arms", "seeds", "steps",
                    "differs_in", "claims", "effective_tolerance", "frontier", "conditions",
-                   "engaged_floor", "premises"}
+                   "engaged_floor", "premises", "twins"}
 
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
@@ -235,10 +239,17 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                      seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), where), design=design,
                      frontier=check_frontier(data.get("frontier"), where),
                      conditions=check_conditions(data.get("conditions"), where),
-                     engaged_floor=data.get("engaged_floor"), **settings)
+                     engaged_floor=data.get("engaged_floor"),
+                     twins=parse_twins(data.get("twins", False), where), **settings)
     check_arms_against(exp, where)
     check_claims_and_premises(exp, data.get("premises"), where)
     return exp
+
+
+def parse_twins(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: twins must be true or false, got {value!r}")
+    return value
 
 
 def parse_arms(arms_raw, where: str) -> list[Arm]:

@@ -37,6 +37,7 @@ from lmpo.experiments.report.engagement import (
     claim_engagement,
     not_measured,
     part_mediators,
+    twin_distance,
 )
 from lmpo.experiments.stats.kinds import claim_kind, claim_p
 from lmpo.experiments.stats.labels import judge
@@ -185,9 +186,11 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
     fixed, failure = engagement(claim, data)
     reason = below_floor(eng) or (f"{failure} (source: {fixed_source(claim)})"
                                   if failure else None)
+    twin = twin_distance(data, claim, floor)
     return {"claim": claim, "seeds": seeds, "a": a, "b": b, "p": claim_p(claim, a, b),
             "confounded": claim_audits(claim, arm_pairs(claim), exp, flats, means),
-            "engagement": eng, "fixed": fixed, "not_engaged": reason,
+            "engagement": eng, "fixed": fixed, "not_engaged": reason, "twin": twin,
+            "inert": below_floor(twin) if twin else None,
             "engine": unlogged_by(data, claim, per_arm), "unreached": unreached}
 
 
@@ -296,7 +299,9 @@ def judge_claims(data: dict) -> list[dict]:
         audited = claim.get("role") != "premise"  # a premise reads the setting, not a method
         result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
                        not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
-                       p_adj=p_adj) | family | extra
+                       p_adj=p_adj, inert=p.get("inert") if audited else None) | family | extra
+        if p.get("twin"):
+            result["twin"] = p["twin"]
         if over_levels:
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}

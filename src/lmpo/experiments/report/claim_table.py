@@ -140,7 +140,9 @@ def card(i: int, c: dict) -> list[str]:
             f"- **verdict**: {shown_verdict(c)}",
             f"- effect: {effect_text(c)} (95%, n = {c['n']}{better}{left})",
             f"- test: {test_line(c)}", f"- power: {power}",
-            f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}", ""]
+            f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}"] + (
+        [f"- the method's twin ({c['twin'].get('comparator', 'not measured')}): "
+         f"{shown_engagement({'engagement': c['twin']})}"] if c.get("twin") else []) + [""]
 
 
 def why_unmeasured(c: dict) -> str:

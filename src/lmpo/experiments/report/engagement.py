@@ -33,7 +33,11 @@ import math
 
 import numpy as np
 
-from lmpo.experiments.design.comparators import engagement_metric, unreplayable
+from lmpo.experiments.design.comparators import (
+    TWIN_PREFIX,
+    engagement_metric,
+    unreplayable,
+)
 from lmpo.experiments.design.conditions import split_arm
 from lmpo.experiments.stats.seeds import mean_interval, reduce_metric
 
@@ -74,6 +78,13 @@ def pair_values(data: dict, x: str, y: str, claim: dict, flats: dict
                if k.split(".")[0] in ("loss", "advantage", "controller")):
             return {s: 0.0 for s in runs}, "identical parts", ""
         return None, "", f"the runs of {x} did not log a comparator {name!r}"
+    return logged_distance(runs, x, name, spec, claim)
+
+
+def logged_distance(runs: dict, x: str, name: str, spec: dict, claim: dict
+                    ) -> tuple[dict[int, float] | None, str, str]:
+    """({seed: distance} or None, metric, reason when None): what arm x's `runs` logged of
+    their comparator `name` (parts `spec`) over the claim's window."""
     metric = f"shadow/{name}/{engagement_metric(spec)}"
     if metric.endswith("/stop_diff") and any(f"shadow/{name}/adv_tv" in r
                                              for run in runs.values() for r in run["rows"][:1]):
@@ -116,6 +127,39 @@ def claim_engagement(data: dict, claim: dict, flats: dict, floor: float,
     return {"comparator": " and ".join(y for _, y in pairs), "metric": " / ".join(
         dict.fromkeys(metrics)), "value": point, "ci": [lo, hi], "floor": floor,
         "n": int(vals.size), "values": vals.tolist(), "method": method}
+
+
+def twin_distance(data: dict, claim: dict, floor: float) -> dict | None:
+    """How far the claim's first arm's update is from its method's ablated twin on the same
+    batches (the `twin_<method>` comparators its runs logged, for the methods the claim's
+    other arm does not share), as an engagement record; None where its runs logged none
+    (the experiment did not ask for twins)."""
+    arms = claim["arms"]
+    if len(arms) < 2:
+        return None
+    runs = {s: r for (a, s), r in data["runs"].items() if a == arms[0] and r["finished"]}
+    config = next(iter(runs.values())).get("config") or {} if runs else {}
+    other = next((r.get("config") or {} for (a, _), r in data["runs"].items()
+                  if a == arms[1] and r["finished"]), {})
+    shared = {(other.get(part) or {}).get("name") for part in ("loss", "advantage",
+                                                                  "controller")}
+    twins = {n: s for n, s in ((config.get("log") or {}).get("comparators") or {}).items()
+             if n.startswith(TWIN_PREFIX) and n[len(TWIN_PREFIX):] not in shared}
+    if not twins:
+        return None
+    per_twin = []
+    for name, spec in twins.items():
+        values, metric, reason = logged_distance(runs, arms[0], name, spec, claim)
+        if values is None:
+            return not_measured(reason)
+        per_twin.append((values, metric))
+    seeds = sorted(set.intersection(*(set(v) for v, _ in per_twin)))
+    vals = np.array([max(v[s] for v, _ in per_twin) for s in seeds], dtype=float)
+    point, lo, hi, method = mean_interval(vals) if vals.size >= 2 else (
+        float(vals.mean()) if vals.size else math.nan, math.nan, math.nan, None)
+    return {"comparator": " and ".join(twins), "metric": " / ".join(m for _, m in per_twin),
+            "value": point, "ci": [lo, hi], "floor": floor, "n": int(vals.size),
+            "values": vals.tolist(), "method": method}
 
 
 def below_floor(eng: dict) -> str | None:

@@ -2,6 +2,9 @@
 (`lmpo.experiments.stats.multiplicity`), decided in the order of `LABELS`:
 
 1. "insufficient seeds" below 3 seeds;
+   "mechanism inert" where the first arm's update is, on its own batches, within the
+   calibrated floor of its method's ablated twin (the same run with only the method's
+   mechanism removed), whatever the effect;
 2. "confounded" (an audit's finding; `lmpo.experiments.report.audit`);
 3. "not engaged", only where the labelling interval includes the null;
 4. "holds" / "contradicted": significant after the step-down (direction, spread: the
@@ -29,7 +32,7 @@ from lmpo.experiments.stats.seeds import ALPHA, MIN_SEEDS, WEAK
 
 def judge(claim: dict, a, b=None, *, confounded: str | None = None,
           not_engaged: str | None = None, alpha: float = ALPHA,
-          p_adj: float | None = None) -> dict:
+          p_adj: float | None = None, inert: str | None = None) -> dict:
     """The claim's effect, interval, MDE and label for per-seed values a, b (same seeds,
     same order; a claim on one arm's value has no b), with the audits' findings.
 
@@ -38,7 +41,8 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
     judged alone). The label is read from `p_adj` (direction, spread; threshold and
     equivalence from the interval at `alpha`, which agrees with it) and the interval at
     `alpha` (`ci_holm`, at `holm_level`) is shown beside it, with the unadjusted 95%
-    interval (`ci`). Order: insufficient seeds; confounded; not engaged (only where the
+    interval (`ci`). Order: insufficient seeds; mechanism inert (`inert`: the first arm's
+    update within the floor of its method's ablated twin); confounded; not engaged (only where the
     labelling interval includes the null: a significant result is never hidden); holds /
     contradicted (a significant result; "smaller than min_effect" where its interval lies
     inside +-min_effect); negligible (a non-significant direction claim whose labelling
@@ -52,11 +56,7 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
     out = {"n": int(a.size), "min_effect": claim.get("min_effect"),
            "paper_effect": claim.get("paper_effect")}
     if a.size < MIN_SEEDS:
-        point = float(kind.point(claim, a, b)) if a.size >= kind.min_points else math.nan
-        return out | {"effect": point, "ci": [math.nan, math.nan], "method": None,
-                      "mde": math.nan, "p": math.nan, "p_adj": math.nan,
-                      "verdict": "insufficient seeds",
-                      "reason": f"{a.size} seeds, fewer than {MIN_SEEDS}"}
+        return out | too_few(kind, claim, a, b)
     level = kind.labelling_level(alpha)
     point, lo, hi, method = kind.interval(claim, a, b)
     hlo, hhi = kind.interval(claim, a, b, level)[1:3]
@@ -68,6 +68,8 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
     out |= {"effect": point, "ci": [lo, hi], "ci_holm": [hlo, hhi], "holm_level": level,
             "alpha": alpha, "method": method, "mde": m, "p": p, "p_adj": p_adj,
             "p_improve": kind.improvement(a, b)}
+    if inert:  # the method's own mechanism did not move the update: whatever the effect
+        return out | {"verdict": "mechanism inert", "reason": inert, "first": base}
     if confounded:
         return out | {"verdict": "confounded", "reason": confounded, "first": base}
     if not_engaged and kind.includes_null(claim, hlo, hhi):
@@ -87,6 +89,14 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
         return out | {"verdict": "underpowered", "reason": kind.underpowered_reason(m, limit),
                       "first": base}
     return out | {"verdict": base, "reason": f"MDE {m:.3g}"}
+
+
+def too_few(kind, claim: dict, a: np.ndarray, b: np.ndarray) -> dict:
+    """The label below MIN_SEEDS: the point estimate where the kind has one, no test."""
+    point = float(kind.point(claim, a, b)) if a.size >= kind.min_points else math.nan
+    return {"effect": point, "ci": [math.nan, math.nan], "method": None, "mde": math.nan,
+            "p": math.nan, "p_adj": math.nan, "verdict": "insufficient seeds",
+            "reason": f"{a.size} seeds, fewer than {MIN_SEEDS}"}
 
 
 def evaluate_claim(claim: dict, a, b=None) -> dict:

@@ -36,8 +36,8 @@ MIN_SEEDS = 3
 REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
             "sum", "gain")
 WEAK = ("direction only", "inconclusive", "not met", "not shown")  # what underpowered replaces
-LABELS = ("insufficient seeds", "confounded", "not engaged", "holds", "contradicted",
-          "negligible", "underpowered", *WEAK)  # in the order they are decided
+LABELS = ("insufficient seeds", "mechanism inert", "confounded", "not engaged", "holds",
+          "contradicted", "negligible", "underpowered", *WEAK)  # in the order they are decided
 
 # The effective behaviour of an arm, compared within every claim: (metric, reduce, how a
 # difference is judged: a ratio of 1.5 for norms and counts, 0.2 absolute for shares).
