@@ -128,11 +128,11 @@ def twin_sweep(tmp_path, policy, distance: float):
     from lmpo.experiments.run.sweep import plan
 
     data = {"base": {"policy": str(policy), "log": {"tensorboard": False}},
-            "arms": {"drpo": {"preset": "drpo"}, "grpo": {"preset": "grpo"}},
+            "arms": {"drpo": {"preset": "drpo"}, "grpo": {"preset": "grpo"}, "is_pg": IS_PG},
             "seeds": 5, "steps": 2, "differs_in": ["loss", "advantage"], "twins": True,
             "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "grpo"],
                         "expect": "greater", "sentence": "DRPO beats GRPO",
-                        "min_effect": 0.05}]}
+                        "min_effect": 0.05, "twin": "is_pg"}]}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     out = tmp_path / "sweep"
@@ -140,11 +140,12 @@ def twin_sweep(tmp_path, policy, distance: float):
     before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
               "accuracy_trained": 0.1, "accuracy_other": None}
     for run in runs:
-        value = (0.8 if run.arm == "drpo" else 0.5) + 0.01 * run.seed
+        value = {"drpo": 0.8, "is_pg": 0.8, "grpo": 0.5}[run.arm] + 0.01 * run.seed
         rows = [{"step": t, "reward/mean": value} for t in (1, 2)]
         if run.arm == "drpo":
             for r in rows:
-                r |= {"shadow/twin_drpo/weight_tv": distance, "shadow/grpo/weight_tv": 0.05}
+                r |= {"shadow/twin_drpo/weight_tv": distance, "shadow/grpo/weight_tv": 0.05,
+                      "shadow/is_pg/weight_tv": distance}
         run.run_dir.mkdir(parents=True)
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
@@ -164,8 +165,11 @@ def test_a_method_within_the_floor_of_its_twin_reads_mechanism_inert(
     assert "twin_grpo" not in yaml.safe_load(
         (out / "configs" / "grpo-seed0.yaml").read_text())["log"]["comparators"]
     md = report(out, tmp_path / "report.md")
-    (claim,) = json.loads(md.with_suffix(".json").read_text())["claims"]
+    claim, mechanism, shared = json.loads(md.with_suffix(".json").read_text())["claims"]
     assert claim["verdict"] == label and claim["twin"]["value"] == pytest.approx(distance)
+    assert (mechanism["role"], mechanism["arms"], shared["arms"]) == (
+        "descriptive", ["drpo", "is_pg"], ["is_pg", "grpo"])
+    assert mechanism["effect"] == pytest.approx(0.0) and shared["effect"] == pytest.approx(0.3)
     assert claim["engagement"]["value"] == pytest.approx(0.05)  # engaged against GRPO
     assert "the method's twin (twin_drpo): weight_tv" in md.read_text()
 
@@ -184,3 +188,64 @@ def test_without_twins_an_experiment_logs_none_and_reads_as_before(tmp_path):
     path.write_text(path.read_text() + "twins: yes please\n")
     with pytest.raises(Exception, match="twins must be true or false"):
         load_experiment(path)
+
+
+# ---------------------------------------------------------------- decomposition
+def decomposed(tmp_path, policy, twin_arm: dict | None, twin_name: str | None = "is_pg"):
+    import yaml
+
+    from lmpo.experiments.design.spec import load_experiment
+
+    arms = {"drpo": {"preset": "drpo"}, "grpo": {"preset": "grpo"}}
+    claim = {"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "grpo"],
+             "expect": "greater", "sentence": "DRPO beats GRPO", "min_effect": 0.05}
+    if twin_arm is not None:
+        arms[twin_name] = twin_arm
+        claim["twin"] = twin_name
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": {"policy": str(policy)}, "arms": arms, "seeds": 3, "steps": 2,
+        "differs_in": ["loss", "advantage"], "twins": True, "claims": [claim]},
+        sort_keys=False))
+    return load_experiment(path)
+
+
+IS_PG = {"preset": "drpo", "overrides": {"loss": {"name": "importance_sampling",
+                                                  "agg": "seq-mean-token-sum-norm"}}}
+
+
+def test_a_claim_beyond_its_mechanism_needs_its_twin_arm(tmp_path, tiny_policy_dir):
+    """DRPO's preset differs from GRPO's in its loss (no clip and a penalty), its estimator
+    and its aggregation: `drpo > grpo` must name DRPO's twin (the same arm with the
+    unclipped importance-sampled loss), and that arm must be exactly that."""
+    from lmpo.experiments.run.upfront import check_experiment
+
+    with pytest.raises(Exception, match=r"claims\[0\]: drpo differs from grpo in more than "
+                                        r"its method's mechanism \(advantage, loss\); add"):
+        check_experiment(decomposed(tmp_path, tiny_policy_dir, None).expand(), 0)
+    with pytest.raises(Exception, match="twin 'is_pg' is not drpo with only its mechanism "
+                                        r"removed: it differs from that in advantage, loss"):
+        check_experiment(decomposed(tmp_path, tiny_policy_dir, {"preset": "grpo"}).expand(), 0)
+    flat = decomposed(tmp_path, tiny_policy_dir, IS_PG).expand()
+    check_experiment(flat, 0)
+    rows = [(c["role"], c.get("split"), c["arms"]) for c in flat.claims]
+    assert rows == [("headline", None, ["drpo", "grpo"]),
+                    ("descriptive", "mechanism", ["drpo", "is_pg"]),
+                    ("descriptive", "shared", ["is_pg", "grpo"])]
+    assert flat.claims[1]["sentence"].endswith("(mechanism part: drpo - is_pg)")
+
+
+def test_a_claim_of_a_method_against_its_twin_needs_no_split(tmp_path, tiny_policy_dir):
+    import yaml
+
+    from lmpo.experiments.design.spec import load_experiment
+    from lmpo.experiments.run.upfront import check_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": {"policy": str(tiny_policy_dir)},
+        "arms": {"drpo": {"preset": "drpo"}, "is_pg": IS_PG}, "seeds": 3, "steps": 2,
+        "differs_in": ["loss"], "twins": True,
+        "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "is_pg"],
+                    "expect": "greater", "sentence": "the penalty helps"}]}))
+    check_experiment(load_experiment(path).expand(), 0)

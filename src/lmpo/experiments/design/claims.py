@@ -43,7 +43,7 @@ from lmpo.registry import nearest
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
             "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary",
-            "matched", "descriptive"}
+            "matched", "descriptive", "twin"}
 
 
 def claim_role(claim: dict, primaries: bool, at_l0: bool = True) -> str:
@@ -194,6 +194,11 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if "comparator" in claim and claim["comparator"] not in arms:
         raise ConfigError(f"{where}: comparator must name an arm of {arms}, got "
                           f"{claim['comparator']!r}")
+    if "twin" in claim and (claim["twin"] not in arms or len(claim["arms"]) != 2
+                            or claim["twin"] in claim["arms"]):
+        raise ConfigError(f"{where}: twin names a third arm of {arms} (the first arm's method "
+                          "with only its mechanism removed) for a two-arm claim, got "
+                          f"{claim['twin']!r}")
     floor = claim.get("engaged_floor")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):

@@ -177,6 +177,7 @@ class Experiment:
                 claims.append(claim | extra | {
                     "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
                     "role": role, "base_arms": claim["arms"]})
+                claims += split_claims(claim, i, lv)
         for i, premise in enumerate(self.premises):  # judged per level, after the claims
             versus = premise.get("versus")
             for lv in self.claim_levels(premise, f"premises[{i}]"):
@@ -194,8 +195,24 @@ class Experiment:
 
 
 def claim_arms(claim: dict) -> list[str]:
-    """The arms a claim reads: its own and its comparator."""
-    return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else [])]
+    """The arms a claim reads: its own, its comparator and its twin."""
+    return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else []),
+            *([claim["twin"]] if "twin" in claim else [])]
+
+
+def split_claims(claim: dict, index: int, level: str | None) -> list[dict]:
+    """A claim that names its first arm's `twin` (the method with only its mechanism
+    removed), split in two descriptive rows beside it: the mechanism's part (method - twin)
+    and the shared part (twin - baseline), each with its own interval."""
+    if "twin" not in claim:
+        return []
+    (m, b), t = claim["arms"], claim["twin"]
+    base = {k: v for k, v in claim.items() if k not in ("twin", "comparator", "primary")}
+    return [base | {"arms": [run_arm(x, level), run_arm(y, level)], "index": index,
+                    "level": level, "role": "descriptive", "descriptive": True,
+                    "base_arms": [x, y], "split": part,
+                    "sentence": f"{claim['sentence'].strip()} ({part} part: {x} - {y})"}
+            for part, (x, y) in (("mechanism", (m, t)), ("shared", (t, b)))]
 
 
 def _seeds(value, where: str) -> list[int]:

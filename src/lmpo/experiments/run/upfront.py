@@ -102,4 +102,66 @@ def check_experiment(flat, seed: int) -> dict:
     for name, cfg in configs.items():
         check_tiers(name, cfg)
     check_metrics(flat, configs)
+    if flat.twins:
+        check_decomposition(flat, configs)
     return configs
+
+
+def twin_config(cfg, baseline):
+    """`cfg` with the twins of the methods `baseline` does not run in their place (the
+    method without its mechanism: lmpo.trainer.comparators.twins), or None: no such method."""
+    from lmpo.config import build, to_dict
+    from lmpo.experiments.design.comparators import resolved_parts
+    from lmpo.trainer.comparators import twins
+    from lmpo.trainer.train_config import TrainConfig
+
+    theirs = {p["name"] for p in resolved_parts(baseline).values()}
+    specs = [s for m, s in twins(cfg).items() if m not in theirs]
+    if not specs:
+        return None
+    data = to_dict(cfg)
+    for spec in specs:
+        for section, sub in spec.items():
+            data[section] = data[section] | {"name": sub["name"],
+                                             "hparams": dict(sub.get("hparams") or {})}
+            if "agg" in sub:
+                data[section]["agg"] = sub["agg"]
+    return build(TrainConfig, data)
+
+
+def differences(x, y) -> list[str]:
+    """The parts and the other counted keys in which two configs differ (never the log,
+    the seed or the threads)."""
+    from lmpo.config import flat_config
+    from lmpo.experiments.design.comparators import comparator_spec, unreplayable
+
+    return sorted(comparator_spec(x, y)) + unreplayable(flat_config(x), flat_config(y))
+
+
+def check_decomposition(flat, configs: dict) -> None:
+    """In an experiment with `twins: true`, a claim "method > baseline" whose arms differ in
+    more than the method's mechanism (its twin is not the baseline) names the method's twin
+    as an arm (`twin:`), and that arm is the method with only its mechanism removed: its
+    effect then splits into the mechanism's part and the shared part. One line otherwise."""
+    for claim in flat.claims:
+        if claim.get("role") not in ("headline", "secondary") or len(claim["arms"]) != 2:
+            continue
+        m, b = claim["arms"]
+        twin = twin_config(configs[m], configs[b])
+        if twin is None or not differences(twin, configs[b]):
+            continue  # no method with a twin under test, or the pair is method vs twin
+        where = f"experiment {flat.name!r}: claims[{claim['index']}]"
+        method, baseline = claim["base_arms"]
+        if "twin" not in claim:
+            raise ConfigError(
+                f"{where}: {method} differs from {baseline} in more than its method's "
+                f"mechanism ({', '.join(differences(twin, configs[b]))}); add the method's "
+                f"ablated twin as an arm ({method} with only the mechanism removed) and name "
+                "it in the claim's `twin:`, so the effect splits into the mechanism's part "
+                "and the shared part")
+        t = next(c["arms"][0] for c in flat.claims if c.get("split") == "shared"
+                 and c["index"] == claim["index"] and c.get("level") == claim.get("level"))
+        wrong = differences(twin, configs[t])
+        if wrong:
+            raise ConfigError(f"{where}: twin {claim['twin']!r} is not {method} with only its "
+                              f"mechanism removed: it differs from that in {', '.join(wrong)}")
