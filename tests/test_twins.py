@@ -170,6 +170,12 @@ def test_a_method_within_the_floor_of_its_twin_reads_mechanism_inert(
     assert (mechanism["role"], mechanism["arms"], shared["arms"]) == (
         "descriptive", ["drpo", "is_pg"], ["is_pg", "grpo"])
     assert mechanism["effect"] == pytest.approx(0.0) and shared["effect"] == pytest.approx(0.3)
+    assert (mechanism["verdict"], shared["verdict"]) == (
+        "mechanism inert" if label == "mechanism inert" else "negligible", "holds")
+    # the headline's own label stands, qualified: its gain is the shared part's
+    assert claim.get("via") == (None if label == "mechanism inert" else "the shared part")
+    if label == "holds":
+        assert "**holds** via the shared part" in md.read_text()
     assert claim["engagement"]["value"] == pytest.approx(0.05)  # engaged against GRPO
     assert "the method's twin (twin_drpo): weight_tv" in md.read_text()
 

@@ -316,6 +316,7 @@ def judge_claims(data: dict) -> list[dict]:
                         "level": claim.get("level"), "index": claim.get("index"),
                         "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
                         "statistic": claim.get("statistic"), "margin": claim.get("margin"),
+                        **({"split": claim["split"]} if "split" in claim else {}),
                         "arms": claim.get("base_arms", claim["arms"])} | result)
         if claim.get("role") == "premise":
             state, why = premise_status(results[-1], claim)
@@ -324,7 +325,25 @@ def judge_claims(data: dict) -> list[dict]:
                             "source": claim["source"], "gates": claim["gates"],
                             "premise_index": claim["premise_index"]}
     gate(results)
+    qualify_splits(results)
     return results
+
+
+QUALIFIED = ("holds", "contradicted", "negligible", "underpowered")
+
+
+def qualify_splits(results: list[dict]) -> None:
+    """A claim split into its mechanism's part and its shared part (`twin:`) whose own label
+    stands is qualified "via the shared part" where the mechanism's part is negligible (or
+    inert) and the shared part holds: the effect is not the method's own mechanism's."""
+    for c in results:
+        if c.get("split") or c.get("role") == "premise" or c["verdict"] not in QUALIFIED:
+            continue
+        parts = {r["split"]: r["verdict"] for r in results
+                 if r.get("split") and r["index"] == c["index"] and r["level"] == c["level"]}
+        if parts.get("mechanism") in ("negligible", "mechanism inert") and \
+                parts.get("shared") == "holds":
+            c["via"] = "the shared part"
 
 
 def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:

@@ -72,7 +72,8 @@ def shown_verdict(c: dict) -> str:
     the claim's units; a descriptive claim's label says so; a re-judged one names its
     earlier label."""
     reason = label_reason(c)
-    out = f"**{c['verdict']}**" + (f" ({reason})" if reason else "")
+    out = f"**{c['verdict']}**" + (f" via {c['via']}" if c.get("via") else "") + (
+        f" ({reason})" if reason else "")
     if c.get("unadjusted"):
         point, lo, hi = c["unadjusted"]
         out += f"; unadjusted {value_ci(point, [lo, hi], **units_of(c))}"
