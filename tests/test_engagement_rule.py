@@ -17,6 +17,7 @@ from lmpo.experiments.stats.kinds import claim_kind
 from lmpo.experiments.stats.labels import judge
 from lmpo.experiments.stats.multiplicity import holm_adjust, step_down_alphas
 from lmpo.experiments.stats.seeds import EFFECTIVE, effective_flags
+from tests.hand_sweep import hand_written_sweep
 
 DIRECTION = {"kind": "direction", "expect": "greater", "min_effect": 0.05}
 WHY = "same-batch weight_tv below the floor"
@@ -198,9 +199,6 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
     """A compare directory whose rows are written by hand: at dose d, seed s, the effect
     metric(a) - metric(b) is 0.1 d + noise_s; a's runs log the comparator distance
     0.0005 at L0 (below the floor) and 0.05 d above it."""
-    from lmpo.experiments.design.spec import load_experiment
-    from lmpo.experiments.run.sweep import plan
-
     data = {"base": {"policy": str(tiny_policy_dir), "log": {"tensorboard": False}},
             "arms": {"a": {"preset": "cegppo"}, "b": {"preset": "grpo"}},
             "seeds": SEEDS, "steps": 3, "differs_in": ["loss"],
@@ -214,25 +212,16 @@ def synthetic_sweep(tmp_path, tiny_policy_dir):
                 {"kind": "dose_response", "metric": "reward/mean", "reduce": "last_k", "k": 2,
                  "arms": ["a", "b"], "expect": "greater", "sentence": "the gap grows",
                  "min_effect": 0.1, "x": "rollout/logp_mismatch"}]}
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    out = tmp_path / "sweep"
-    runs = plan(load_experiment(path), out, jobs=1)
-    before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
-              "accuracy_trained": 0.1, "accuracy_other": None}
-    for run in runs:
+    def rows(run):
         arm, level = run.arm.split("@")
         dose = DOSES[level]
         value = 1.0 + (0.1 * dose + NOISE[run.seed] if arm == "a" else 0.0)
-        rows = [{"step": t, "reward/mean": value, "rollout/logp_mismatch": 0.5 * dose}
+        shadow = {"shadow/b/weight_tv": 0.0005 if dose == 0 else 0.05 * dose} \
+            if arm == "a" else {}
+        return [{"step": t, "reward/mean": value, "rollout/logp_mismatch": 0.5 * dose} | shadow
                 for t in (1, 2, 3)]
-        if arm == "a":
-            for r in rows:
-                r["shadow/b/weight_tv"] = 0.0005 if dose == 0 else 0.05 * dose
-        run.run_dir.mkdir(parents=True)
-        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
-    return out
+
+    return hand_written_sweep(tmp_path, data, rows)
 
 
 def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):

@@ -19,6 +19,7 @@ from lmpo.losses import get_loss, list_losses, loss_meta
 from lmpo.rollout import CONTROLLERS, list_controllers
 from lmpo.trainer.comparators import build_comparators, twins
 from lmpo.trainer.train_config import TrainConfig
+from tests.hand_sweep import hand_written_sweep
 
 D = torch.float64
 # (preset, the part that carries the mechanism, the twin's change)
@@ -117,39 +118,23 @@ def test_inert_comes_before_every_label_but_insufficient_seeds():
 
 
 def twin_sweep(tmp_path, policy, distance: float):
-    """A compare directory with `twins: true` whose rows are written by hand: DRPO well
-    above GRPO on every seed, its update `distance` from its twin (importance_sampling) and
-    0.05 from GRPO's parts."""
-    import json
-
-    import yaml
-
-    from lmpo.experiments.design.spec import load_experiment
-    from lmpo.experiments.run.sweep import plan
-
+    """A `twins: true` compare directory with hand-written rows: DRPO (and its twin IS-PG)
+    well above GRPO on every seed, DRPO's update `distance` from its twin and 0.05 from
+    GRPO's parts."""
     data = {"base": {"policy": str(policy), "log": {"tensorboard": False}},
             "arms": {"drpo": {"preset": "drpo"}, "grpo": {"preset": "grpo"}, "is_pg": IS_PG},
             "seeds": 5, "steps": 2, "differs_in": ["loss", "advantage"], "twins": True,
             "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "grpo"],
                         "expect": "greater", "sentence": "DRPO beats GRPO",
                         "min_effect": 0.05, "twin": "is_pg"}]}
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    out = tmp_path / "sweep"
-    runs = plan(load_experiment(path), out, jobs=1)
-    before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
-              "accuracy_trained": 0.1, "accuracy_other": None}
-    for run in runs:
+
+    def rows(run):
         value = {"drpo": 0.8, "is_pg": 0.8, "grpo": 0.5}[run.arm] + 0.01 * run.seed
-        rows = [{"step": t, "reward/mean": value} for t in (1, 2)]
-        if run.arm == "drpo":
-            for r in rows:
-                r |= {"shadow/twin_drpo/weight_tv": distance, "shadow/grpo/weight_tv": 0.05,
-                      "shadow/is_pg/weight_tv": distance}
-        run.run_dir.mkdir(parents=True)
-        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
-    return out
+        shadow = {"shadow/twin_drpo/weight_tv": distance, "shadow/grpo/weight_tv": 0.05,
+                  "shadow/is_pg/weight_tv": distance} if run.arm == "drpo" else {}
+        return [{"step": t, "reward/mean": value} | shadow for t in (1, 2)]
+
+    return hand_written_sweep(tmp_path, data, rows)
 
 
 @pytest.mark.parametrize("distance,label", [(0.0002, "mechanism inert"), (0.02, "holds")])
