@@ -240,3 +240,14 @@ def test_a_claim_of_a_method_against_its_twin_needs_no_split(tmp_path, tiny_poli
         "claims": [{"kind": "direction", "metric": "reward/mean", "arms": ["drpo", "is_pg"],
                     "expect": "greater", "sentence": "the penalty helps"}]}))
     check_experiment(load_experiment(path).expand(), 0)
+
+
+def test_a_trend_takes_no_twin_and_is_left_to_its_levels(tmp_path):
+    from lmpo.errors import ConfigError
+    from lmpo.experiments.design.claims import check_claim
+
+    claim = {"kind": "dose_response", "metric": "m", "arms": ["drpo", "grpo"],
+             "expect": "greater", "sentence": "s", "twin": "is_pg"}
+    with pytest.raises(ConfigError, match="twin names a third arm"):
+        check_claim(claim, ["drpo", "grpo", "is_pg"], "claims[0]",
+                    {"levels": {"L0": {}, "L1": {}}})

@@ -195,7 +195,8 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
         raise ConfigError(f"{where}: comparator must name an arm of {arms}, got "
                           f"{claim['comparator']!r}")
     if "twin" in claim and (claim["twin"] not in arms or len(claim["arms"]) != 2
-                            or claim["twin"] in claim["arms"]):
+                            or claim["twin"] in claim["arms"]
+                            or claim_kind(claim["kind"]).over_levels):
         raise ConfigError(f"{where}: twin names a third arm of {arms} (the first arm's method "
                           "with only its mechanism removed) for a two-arm claim, got "
                           f"{claim['twin']!r}")

@@ -144,7 +144,8 @@ def check_decomposition(flat, configs: dict) -> None:
     as an arm (`twin:`), and that arm is the method with only its mechanism removed: its
     effect then splits into the mechanism's part and the shared part. One line otherwise."""
     for claim in flat.claims:
-        if claim.get("role") not in ("headline", "secondary") or len(claim["arms"]) != 2:
+        if claim.get("role") not in ("headline", "secondary") or len(claim["arms"]) != 2 \
+                or claim_kind(claim["kind"]).over_levels:  # a trend: judged per level
             continue
         m, b = claim["arms"]
         twin = twin_config(configs[m], configs[b])
