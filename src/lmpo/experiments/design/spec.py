@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lmpo import presets
-from lmpo.config import build, flat_config, flatten, merge, own_keys, read_layers, read_yaml
+from lmpo.config import merge, read_yaml
 from lmpo.errors import ConfigError
 from lmpo.experiments.design.claims import claim_role
 from lmpo.experiments.design.conditions import (
@@ -49,10 +49,8 @@ from lmpo.experiments.design.conditions import (
     run_arm,
 )
 from lmpo.experiments.design.frontier import check_frontier
-from lmpo.experiments.design.keys import COMPARATOR_KEY, PER_RUN_KEYS, covered
 from lmpo.experiments.design.names import check_name
 from lmpo.experiments.stats.kinds import claim_kind
-from lmpo.trainer.train_config import TrainConfig
 
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
@@ -376,80 +374,14 @@ def load_experiment(spec: str | Path) -> Experiment:
     return exp
 
 
-def arm_data(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None,
-             comparators: bool = True) -> dict:
-    """The raw config mapping of one run: preset <- base <- arm overrides (with a condition
-    level's) <- steps, seed; and, under `log.comparators`, the parts of the arms it is
-    compared with in the claims (lmpo.experiments.design.comparators)."""
-    if exp.conditions and not exp.flat:
-        raise ConfigError(f"experiment {exp.name!r} has conditions: its runs are the arms of "
-                          "exp.expand() (`arm@level`)")
-    data = merge(merge(read_yaml(arm.preset, "train"), exp.base), arm.overrides)
-    data = merge(data, {"steps": exp.steps, "seed": seed + arm.seed_offset})
-    if threads is not None:
-        data["threads"] = threads
-    if comparators:
-        from lmpo.experiments.design.comparators import comparator_log
+# each run's config, built from the experiment (kept importable from here)
+from lmpo.experiments.design.runs import (  # noqa: E402
+    arm_config,
+    arm_data,
+    arm_differences,
+    check_differs,
+    dropped_base_hparams,
+)
 
-        data = merge(data, comparator_log(
-            exp, arm, lambda other: arm_data(exp, other, seed, comparators=False)))
-    return data
-
-
-def dropped_base_hparams(exp: Experiment, data: dict) -> list[str]:
-    """The base's shared hyper-parameters an arm would silently lose: a base section that
-    names no function (`loss: {hparams: {clip_ratio_c: 10}}`) is meant for every arm, but
-    an arm that names another function than its preset's keeps none of the hparams it
-    inherits (lmpo.config.merge). A base that names the function keeps that rule."""
-    lost = []
-    for section, shared in exp.base.items():
-        if not isinstance(shared, dict) or "name" in shared or not shared.get("hparams"):
-            continue
-        kept = (data.get(section) or {}).get("hparams") or {}
-        lost += [f"{section}.hparams.{k}" for k in shared["hparams"] if k not in kept]
-    return lost
-
-
-def arm_config(exp: Experiment, arm: Arm, seed: int, *, threads: int | None = None
-               ) -> TrainConfig:
-    where = f"experiment {exp.name!r}, arm {arm.name!r}"
-    try:
-        data = arm_data(exp, arm, seed, threads=threads)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    lost = dropped_base_hparams(exp, data)
-    if lost:
-        raise ConfigError(f"{where}: the base's {', '.join(lost)} would not apply: the arm "
-                          "names another function than its preset's, which keeps none of "
-                          "the hparams it inherits; restate them in the arm's overrides")
-    try:
-        TrainConfig.check_own_keys(data, own_keys(read_layers(arm.preset, "train")) | set(
-            flatten(merge(exp.base, arm.overrides))))
-        return build(TrainConfig, data)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def arm_differences(exp: Experiment, seed: int = 0) -> dict[str, dict[str, object]]:
-    """{key: {arm: value}} for every resolved key that is not the same in every arm (the
-    comparators each arm logs aside: they follow from the claims)."""
-    exp = exp.expand()
-    flats = {a.name: flat_config(arm_config(exp, a, seed)) for a in exp.arms}
-    keys = sorted({k for f in flats.values() for k in f
-                   if not k.startswith(COMPARATOR_KEY)} - set(PER_RUN_KEYS))
-    return {k: {a: f.get(k, "<unset>") for a, f in flats.items()} for k in keys
-            if len({repr(f.get(k, "<unset>")) for f in flats.values()}) > 1}
-
-
-def check_differs(exp: Experiment) -> dict[str, dict[str, object]]:
-    """The arms' differences; ConfigError naming any key outside `differs_in` (and the
-    keys the condition levels set)."""
-    diff = arm_differences(exp)
-    allowed = exp.differs_in + level_keys(exp.conditions)
-    bad = {k: v for k, v in diff.items() if not covered(k, allowed)}
-    if bad:
-        lines = "; ".join(f"{k}: " + ", ".join(f"{a}={v!r}" for a, v in vals.items())
-                          for k, vals in bad.items())
-        raise ConfigError(f"experiment {exp.name!r}: the arms differ in keys outside "
-                          f"differs_in {exp.differs_in}: {lines}")
-    return diff
+__all__ = ["Arm", "Experiment", "arm_config", "arm_data", "arm_differences",
+           "check_differs", "dropped_base_hparams", "load_experiment", "parse_experiment"]
