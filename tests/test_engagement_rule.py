@@ -126,25 +126,40 @@ def test_labels_come_from_the_step_down():
         == 0.01
 
 
-def test_mediators_are_not_confounds_and_other_differences_are():
-    """EBPO vs GRPO: EBPO's larger mean |A| is its mechanism (its estimator declares it,
-    and with it the step norm and the share of steps gradient-norm clipping rescales); an
-    unequal reward range is still flagged, and unequal optimiser steps always are."""
+def test_mediators_are_declared_per_claim_and_the_effective_step_is_the_update_norm():
+    """One rule for every part kind: an estimator declares no mediator by kind (EBPO's larger
+    mean |A| is a confound unless the claim `expects:` it); the gradient's norm and the
+    share of steps gradient-norm clipping rescaled are shown, never flagged (AdamW largely
+    cancels them), the update's norm after the optimiser is; rows that never logged the
+    update norm leave it "not measured"; unequal optimiser steps always count."""
+    from lmpo.experiments.stats.seeds import SHOWN, unmeasured
+
     ebpo = {"advantage.name": "ebpo", "loss.name": "ppo_clip"}
     grpo = {"advantage.name": "grpo", "loss.name": "ppo_clip"}
-    assert "adv_abs_mean" in part_mediators(ebpo, grpo)
+    assert part_mediators(ebpo, grpo) == []
     means = {"ebpo": {"adv_abs_mean": 0.68, "step_norm": 0.2, "optim_steps": 100.0,
-                      "reward_range": 1.0},
+                      "reward_range": 1.0, "update_norm": 0.01},
              "grpo": {"adv_abs_mean": 0.22, "step_norm": 0.2, "optim_steps": 100.0,
-                      "reward_range": 1.0}}
+                      "reward_range": 1.0, "update_norm": 0.01}}
     pair = [("ebpo", "grpo")]
-    assert effective_flags(pair, means, part_mediators(ebpo, grpo)) == []
+    assert effective_flags(pair, means, ["adv_abs_mean"]) == []
     assert effective_flags(pair, means, [])[0].startswith("adv_abs_mean")
     means["ebpo"] |= {"step_norm": 0.5, "grad_clip_share": 0.9, "optim_steps": 200.0,
                       "reward_range": 2.0}
     means["grpo"] |= {"grad_clip_share": 0.1}
-    flags = effective_flags(pair, means, [*part_mediators(ebpo, grpo), "optim_steps"])
+    assert set(SHOWN) == {"step_norm", "grad_clip_share"}
+    flags = effective_flags(pair, means, ["adv_abs_mean", "optim_steps"])
     assert [f.split(" ")[0] for f in flags] == ["reward_range", "optim_steps"]
+    means["ebpo"]["update_norm"] = 0.02  # twice the step: the effective step differs
+    flags = effective_flags(pair, means, ["adv_abs_mean", "reward_range"])
+    assert [f.split(" ")[0] for f in flags] == ["update_norm", "optim_steps"]
+    assert effective_flags(pair, means, ["adv_abs_mean", "reward_range", "update_norm"]) \
+        == ["optim_steps = 200 (ebpo) vs 100 (grpo)"]
+    assert unmeasured(pair, means, []) == ["update_share", "rollout_tokens"]
+    del means["grpo"]["update_norm"]
+    assert "update_norm" in unmeasured(pair, means, [])
+    assert "update_norm" not in unmeasured(pair, means, ["update_norm"])
+    assert not any(f.startswith("update_norm") for f in effective_flags(pair, means, []))
     stop = {"controller.name": "espo"}
     assert set(part_mediators(stop, {"controller.name": "none"})) == {"rollout_tokens",
                                                                      "update_share"}

@@ -277,7 +277,7 @@ def test_claim_fields_are_checked_before_any_run():
         with pytest.raises(ConfigError, match=msg):
             parse_experiment({"arms": arms, "steps": 1, "differs_in": [], "claims": [
                 claim("direction", expect="greater") | extra]}, "x", "x")
-    assert set(EFFECTIVE) >= {"grad_clip_share", "step_norm", "update_share", "rollout_tokens",
+    assert set(EFFECTIVE) >= {"update_norm", "grad_clip_share", "step_norm", "update_share", "rollout_tokens",
                               "reward_range", "adv_abs_mean", "optim_steps"}
 
 

@@ -14,9 +14,9 @@ ADVANTAGES = Registry("advantage estimator", defaults={
     "wants_parts": False, "wants_baselines": False, "wants_paths": False,
     "peer_keys": {}, "peer_names": {}, "twin": None, "readings": (),
     "diagnostics": (), "engagement": None,
-    # what a change of estimator changes by design: |A|, and with it the step's size and
-    # how often gradient-norm clipping rescales it
-    "mediates": ("adv_abs_mean", "grad_clip_share", "step_norm"),
+    # what a change to this estimator changes by design (as for losses and controllers:
+    # none unless the estimator declares it; a claim declares its own in `expects:`)
+    "mediates": (),
     "preset_keys": (), "title": "", "source": "", "summary": "",
     # the conventions the group-estimator property tests hold each estimator to:
     # `singleton` "zero" (a group of one gets A = 0: its score cannot matter) or "score"

@@ -24,7 +24,7 @@ from lmpo.trainer.parts import build_estimator, build_parts
 CORE = ("step", "lr",
         "reward/accuracy", "reward/max", "reward/mean", "reward/min", "reward/std",
         "response/length_mean", "tokens/cumulative", "tokens/generated",
-        "grad/norm", "grad/step_norm", "grad/clipped_frac",
+        "grad/norm", "grad/step_norm", "grad/clipped_frac", "optim/update_norm",
         "policy/entropy", "policy/entropy_kept", "policy/entropy_update",
         "kl/consecutive", "kl/ref", "rollout/logp_mismatch", "rollout/logp_mismatch_p99",
         "adv/abs_mean", "adv/mean", "adv/abs_max",

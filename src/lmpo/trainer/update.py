@@ -9,6 +9,7 @@ update contributes none).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import torch
@@ -121,6 +122,16 @@ def clip_metrics(norm: float, clip: float) -> dict[str, float]:
             "grad/step_norm": norm * min(1.0, clip / (norm + 1e-6))}
 
 
+def update_norm(policy, before: list[torch.Tensor]) -> float:
+    """The norm of the parameter update the optimiser step just applied (the effective
+    step: AdamW largely cancels the gradient's scale, so `grad/step_norm` does not say it);
+    `before`: the trainable parameters before the step, in order."""
+    after = [p.detach() for p in policy.parameters() if p.requires_grad]
+    sq = sum(float(torch.sum((a.float() - b.float()) ** 2)) for a, b in zip(
+        after, before, strict=True))
+    return math.sqrt(sq)
+
+
 def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, step: int,
            observers=()) -> dict:
     """`cfg.optim.epochs` passes over `batch.keep`, each split into `cfg.optim.minibatches`
@@ -157,7 +168,9 @@ def update(state, batch: TrainBatch, objective: Objective, cfg, *, lr: float, st
             counters.nonfinite_streak = 0
             for group in state.opt.param_groups:
                 group["lr"] = lr
+            before = [p.detach().clone() for p in policy.parameters() if p.requires_grad]
             state.opt.step()
+            metrics["optim/update_norm"] = update_norm(policy, before)
             if critic is not None:
                 metrics["grad/critic_norm"] = float(torch.nn.utils.clip_grad_norm_(
                     critic.parameters(), cfg.optim.grad_clip))

@@ -43,7 +43,8 @@ from lmpo.registry import nearest
 BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
             "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary",
-            "matched", "descriptive", "twin"}
+            "matched", "descriptive", "twin", "anchor", "bound_source", "strength",
+            "reanalysis"}
 
 
 def claim_role(claim: dict, primaries: bool, at_l0: bool = True) -> str:
@@ -194,6 +195,12 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if "comparator" in claim and claim["comparator"] not in arms:
         raise ConfigError(f"{where}: comparator must name an arm of {arms}, got "
                           f"{claim['comparator']!r}")
+    if "anchor" in claim and (claim["anchor"] not in arms or len(claim["arms"]) != 2
+                              or claim["anchor"] in claim["arms"]
+                              or claim_kind(claim["kind"]).over_levels):
+        raise ConfigError(f"{where}: anchor names a third arm of {arms} (the first arm with "
+                          "the second's anchor, rollout.old_logp) for a two-arm claim, got "
+                          f"{claim['anchor']!r}")
     if "twin" in claim and (claim["twin"] not in arms or len(claim["arms"]) != 2
                             or claim["twin"] in claim["arms"]
                             or claim_kind(claim["kind"]).over_levels):
@@ -226,6 +233,13 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
             raise ConfigError(f"{at} needs exactly one of min or max (and optionally reduce)")
         if entry.get("reduce", "mean") not in REDUCERS:
             raise ConfigError(f"{at}: reduce must be one of {REDUCERS}")
+    from lmpo.experiments.design.derived import check_strength
+
+    check_strength(claim, where)
+    if "bound_source" in claim and not (isinstance(claim["bound_source"], str)
+                                        and claim["bound_source"].strip()):
+        raise ConfigError(f"{where}: bound_source is the cited reason for a bound other than "
+                          "the default rule (a non-empty string)")
     if "min_effect" in claim and not (isinstance(claim["min_effect"], int | float)
                                       and claim["min_effect"] > 0):
         raise ConfigError(f"{where}: min_effect must be a number > 0 (the metric's units)")

@@ -153,12 +153,15 @@ def look_stats(x: np.ndarray, n: int) -> tuple[float, float, float]:
 
 
 def run_design(values: list[np.ndarray], min_effects: list[float | None], sizes: list[int],
-               alpha: float = ALPHA) -> dict:
+               alpha: float = ALPHA, held: list[set[int]] | None = None) -> dict:
     """Replay the design over a family's per-seed values (one array per claim, in seed
     order; a claim's statistic is tested against 0). Returns {looks: [{n, alpha_spent,
     levels: {r: p_k}}], claims: [{status: rejected | negligible | undecided, look, n,
-    level, estimate, ci}], stopped: decided | max seeds | more seeds needed, next}."""
+    level, estimate, ci}], stopped: decided | max seeds | more seeds needed, next}.
+    `held[i]`: the looks (0-based) at which claim i may not be decided, because a premise
+    gating it is undecided there: it stays open (`held` in its record) and the runs go on."""
     m, taken = len(values), max((v.size for v in values), default=0)
+    held = held or [set() for _ in range(m)]
     usable = [n for n in sizes if n <= taken]
     status = [{"status": "undecided"} for _ in range(m)]
     record, stopped = [], "more seeds needed"
@@ -167,7 +170,8 @@ def run_design(values: list[np.ndarray], min_effects: list[float | None], sizes:
         t = n / sizes[-1]
         record.append({"n": n, "alpha_spent": spent(t, alpha)})
         while True:  # Holm within the look
-            open_ = [i for i in range(m) if status[i]["status"] == "undecided"]
+            open_ = [i for i in range(m) if status[i]["status"] == "undecided"
+                     and k not in held[i]]
             r = sum(s["status"] != "rejected" for s in status)
             if not open_ or r == 0:
                 break
@@ -185,11 +189,13 @@ def run_design(values: list[np.ndarray], min_effects: list[float | None], sizes:
             est, se, _ = stats[i]
             half = t_crit(level, n) * se
             if min_effects[i] is not None and -min_effects[i] < est - half and \
-                    est + half < min_effects[i]:
+                    est + half < min_effects[i] and k not in held[i]:
                 status[i] = decided("negligible", k, n, level, stats[i])
             else:
                 status[i] = {"status": "undecided", "look": k, "n": n, "level": level,
                              "estimate": est, "ci": [est - half, est + half]}
+                if k in held[i]:
+                    status[i]["held"] = "a premise gating it is undecided at this look"
         if all(s["status"] != "undecided" for s in status):
             stopped = "decided"
             break

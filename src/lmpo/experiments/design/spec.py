@@ -48,6 +48,7 @@ from lmpo.experiments.design.conditions import (
     level_names,
     run_arm,
 )
+from lmpo.experiments.design.derived import at_strength, split_claims
 from lmpo.experiments.design.frontier import check_frontier
 from lmpo.experiments.design.names import check_name
 from lmpo.experiments.stats.kinds import claim_kind
@@ -172,10 +173,10 @@ class Experiment:
                 role = claim_role(claim, primaries, lv in (None, names[0]))
                 extra = {"comparator": run_arm(claim["comparator"], lv)} \
                     if "comparator" in claim else {}
-                claims.append(claim | extra | {
+                own = claim | extra | {
                     "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
-                    "role": role, "base_arms": claim["arms"]})
-                claims += split_claims(claim, i, lv)
+                    "role": role, "base_arms": claim["arms"]}
+                claims += at_strength(own) + split_claims(claim, i, lv)
         for i, premise in enumerate(self.premises):  # judged per level, after the claims
             versus = premise.get("versus")
             for lv in self.claim_levels(premise, f"premises[{i}]"):
@@ -195,22 +196,8 @@ class Experiment:
 def claim_arms(claim: dict) -> list[str]:
     """The arms a claim reads: its own, its comparator and its twin."""
     return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else []),
-            *([claim["twin"]] if "twin" in claim else [])]
-
-
-def split_claims(claim: dict, index: int, level: str | None) -> list[dict]:
-    """A claim that names its first arm's `twin` (the method with only its mechanism
-    removed), split in two descriptive rows beside it: the mechanism's part (method - twin)
-    and the shared part (twin - baseline), each with its own interval."""
-    if "twin" not in claim:
-        return []
-    (m, b), t = claim["arms"], claim["twin"]
-    base = {k: v for k, v in claim.items() if k not in ("twin", "comparator", "primary")}
-    return [base | {"arms": [run_arm(x, level), run_arm(y, level)], "index": index,
-                    "level": level, "role": "descriptive", "descriptive": True,
-                    "base_arms": [x, y], "split": part,
-                    "sentence": f"{claim['sentence'].strip()} ({part} part: {x} - {y})"}
-            for part, (x, y) in (("mechanism", (m, t)), ("shared", (t, b)))]
+            *([claim["twin"]] if "twin" in claim else []),
+            *([claim["anchor"]] if "anchor" in claim else [])]
 
 
 def _seeds(value, where: str) -> list[int]:

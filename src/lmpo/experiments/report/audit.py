@@ -31,6 +31,8 @@ from lmpo.experiments.design.dose import (
 from lmpo.experiments.design.keys import NEVER_COUNT, covered
 from lmpo.experiments.design.premises import gate
 from lmpo.experiments.design.premises import status as premise_status
+from lmpo.experiments.report.bounds import apply_rule
+from lmpo.experiments.report.bounds import describe as describe_bound
 from lmpo.experiments.report.engagement import (
     DEFAULT_FLOOR,
     below_floor,
@@ -39,6 +41,7 @@ from lmpo.experiments.report.engagement import (
     part_mediators,
     twin_distance,
 )
+from lmpo.experiments.report.looks import look_effects, premise_looks, sequential_looks
 from lmpo.experiments.stats.kinds import claim_kind, claim_p
 from lmpo.experiments.stats.labels import judge
 from lmpo.experiments.stats.multiplicity import family_size, holm_adjust, step_down_alphas
@@ -49,6 +52,7 @@ from lmpo.experiments.stats.seeds import (
     effective_flags,
     effective_value,
     reduce_metric,
+    unmeasured,
 )
 
 
@@ -187,7 +191,11 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
     reason = below_floor(eng) or (f"{failure} (source: {fixed_source(claim)})"
                                   if failure else None)
     twin = twin_distance(data, claim, floor)
-    return {"claim": claim, "seeds": seeds, "a": a, "b": b, "p": claim_p(claim, a, b),
+    expects = set(mediators(claim))
+    for x, y in arm_pairs(claim):
+        expects |= set(part_mediators(flats.get(x, {}), flats.get(y, {})))
+    return {"unmeasured": unmeasured(arm_pairs(claim), means, sorted(expects)),
+            "claim": claim, "seeds": seeds, "a": a, "b": b, "p": claim_p(claim, a, b),
             "confounded": claim_audits(claim, arm_pairs(claim), exp, flats, means),
             "engagement": eng, "fixed": fixed, "not_engaged": reason, "twin": twin,
             "inert": below_floor(twin) if twin else None,
@@ -268,20 +276,41 @@ def fixed_source(claim: dict) -> str:
     return "; ".join(e.get("source", "") for e in claim.get("engaged", []))
 
 
+def audit_inputs(data: dict) -> tuple[dict, dict, float]:
+    """(each arm's flat config, each arm's effective quantities' means, the floor)."""
+    exp = data["experiment"]
+    table = effective_table(data)
+    means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
+    floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
+    return arm_configs(data), means, floor
+
+
+def claims_under_rule(data: dict, flats: dict) -> list[dict]:
+    """The experiment's claims with their bounds set by the one bound rule
+    (`lmpo.experiments.report.bounds`)."""
+    def read(claim: dict, arm: str) -> dict[int, float]:
+        if "matched" in claim:
+            return matched_values(data, claim | {"arms": [arm]})[0][arm]
+        return seed_values(data, arm, claim["metric"], claim.get("reduce", "final"),
+                           int(claim.get("k", 20)))
+
+    return [apply_rule(c, data, flats, read) for c in data["experiment"].claims]
+
+
 def judge_claims(data: dict) -> list[dict]:
     """Every claim of the (expanded) experiment judged on its finished runs: audits and
     engagement first, then the label from Holm's step-down within its family (headline,
     secondary or descriptive claims; `lmpo.experiments.stats.multiplicity`)."""
     exp = data["experiment"]
-    flats, table = arm_configs(data), effective_table(data)
-    means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
-    floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
-    prepared = [prepare(claim, data, flats, means, floor) for claim in exp.claims]
+    flats, means, floor = audit_inputs(data)
+    prepared = [prepare(claim, data, flats, means, floor)
+                for claim in claims_under_rule(data, flats)]
     families = family_levels([(p["claim"].get("role", "headline"), p["p"]) for p in prepared])
     families = [(ALPHA, None, {"family": "premise", "family_size": 1})
                 if p["claim"].get("role") == "premise" else f  # each on its own interval
                 for p, f in zip(prepared, families, strict=True)]
-    looks = sequential_looks(exp, prepared)
+    looks, plooks = sequential_looks(exp, prepared), premise_looks(exp, prepared)
+    per_look = {e.pop("at"): e for e in look_effects(exp, prepared)}
     results = []
     for i, (p, (alpha, p_adj, family)) in enumerate(zip(prepared, families, strict=True)):
         claim = p["claim"]
@@ -296,12 +325,24 @@ def judge_claims(data: dict) -> list[dict]:
             p_adj = min(1.0, claim_p(judged, a, b) * ALPHA / alpha) if n >= 3 else None
             extra = {"family": "headline (sequential)", "look": look["look"] + 1,
                      "sequential": look["status"], "family_size": len(looks)}
+            if look.get("held"):
+                extra["held"] = look["held"]
+        elif i in plooks:  # a premise: judged once, at the first look it is decided
+            n, alpha = plooks[i]["n"], plooks[i]["alpha"]
+            a, b = np.asarray(a)[:n], None if b is None else np.asarray(b)[:n]
+            extra = {"look": plooks[i]["look"] + 1}
         audited = claim.get("role") != "premise"  # a premise reads the setting, not a method
         result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
                        not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
                        p_adj=p_adj, inert=p.get("inert") if audited else None) | family | extra
         if p.get("twin"):
             result["twin"] = p["twin"]
+        if i in per_look:
+            result["per_look"] = per_look[i]
+        if claim.get("effect_bound"):
+            result["effect_bound"] = describe_bound(claim["effect_bound"], a, b)
+        if p.get("unmeasured") and audited:
+            result["unmeasured"] = p["unmeasured"]
         if over_levels:
             result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
                        "dose_range": p["dose_range"], "x": claim.get("x")}
@@ -317,6 +358,7 @@ def judge_claims(data: dict) -> list[dict]:
                         "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
                         "statistic": claim.get("statistic"), "margin": claim.get("margin"),
                         **({"split": claim["split"]} if "split" in claim else {}),
+                        **({"reanalysis": True} if claim.get("reanalysis") else {}),
                         "arms": claim.get("base_arms", claim["arms"])} | result)
         if claim.get("role") == "premise":
             state, why = premise_status(results[-1], claim)
@@ -344,47 +386,6 @@ def qualify_splits(results: list[dict]) -> None:
         if parts.get("mechanism") in ("negligible", "mechanism inert") and \
                 parts.get("shared") == "holds":
             c["via"] = "the shared part"
-
-
-def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:
-    """{claim index: its look} for the headline claims of an experiment with sequential
-    seeds, replayed from the per-seed values; {} without."""
-    record = sequential_record(exp, prepared)
-    return record.get("by_claim", {})
-
-
-def sequential_record(exp, prepared: list[dict]) -> dict:
-    """The sequential design replayed over the headline family (`lmpo.experiments.
-    sequential.run_design`, with `by_claim`: {claim index: its look}); {} without."""
-    from lmpo.experiments.design.sequential import look_sizes, run_design
-
-    if not exp.design:
-        return {}
-    heads = [i for i, p in enumerate(prepared) if p["claim"].get("role", "headline") ==
-             "headline"]
-    values = []
-    for i in heads:
-        p, claim = prepared[i], prepared[i]["claim"]
-        kind = claim_kind(claim_kind(claim["kind"]).judged_kind)
-        values.append(kind.centered(claim, p["a"], p["b"]))
-    design = run_design(values, [prepared[i]["claim"].get("min_effect") for i in heads],
-                        look_sizes(exp.design))
-    design["by_claim"] = {i: c for i, c in zip(heads, design["claims"], strict=True)
-                          if "n" in c}
-    return design
-
-
-def design_decision(data: dict) -> dict:
-    """What the sequential design says of the runs so far: {looks, claims, stopped,
-    next (the seed count of the next look, or None)}."""
-    exp = data["experiment"]
-    flats, table = arm_configs(data), effective_table(data)
-    means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
-    floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
-    heads = [c for c in exp.claims if c.get("role", "headline") == "headline"]
-    record = sequential_record(exp, [prepare(c, data, flats, means, floor) for c in heads])
-    record.pop("by_claim", None)
-    return record
 
 
 def family_levels(claims: list[tuple[str, float]]) -> list[tuple[float, float, dict]]:

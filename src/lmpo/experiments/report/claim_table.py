@@ -77,6 +77,8 @@ def shown_verdict(c: dict) -> str:
     if c.get("unadjusted"):
         point, lo, hi = c["unadjusted"]
         out += f"; unadjusted {value_ci(point, [lo, hi], **units_of(c))}"
+    if c.get("reanalysis"):
+        out += " (re-analysis of the committed runs)"
     if c.get("role") == "descriptive":
         out += " (descriptive)"
     if c.get("look"):
@@ -143,7 +145,40 @@ def card(i: int, c: dict) -> list[str]:
             f"- test: {test_line(c)}", f"- power: {power}",
             f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}"] + (
         [f"- the method's twin ({c['twin'].get('comparator', 'not measured')}): "
-         f"{shown_engagement({'engagement': c['twin']})}"] if c.get("twin") else []) + [""]
+         f"{shown_engagement({'engagement': c['twin']})}"] if c.get("twin") else []) + (
+        [f"- bound: {bound_text(c)}"] if c.get("effect_bound") else []) + (
+        [f"- not measured (no confound read): {', '.join(c['unmeasured'])}"
+         + (" (the effective step: rows older than its logging)"
+            if "update_norm" in c["unmeasured"] else "")] if c.get("unmeasured") else []) + (
+        [f"- held open at look {c['look']}: {c['held']}"] if c.get("held") else []) + (
+        [f"- per look (descriptive): {per_look_text(c)}"] if c.get("per_look") else []) + [""]
+
+
+def per_look_text(c: dict) -> str:
+    """Each look's own block of seeds: its effect and 95% interval, and whether the blocks
+    agree (lmpo.experiments.report.looks)."""
+    pl, u = c["per_look"], units_of(c)
+    blocks = "; ".join(f"look {b['look']} ({b['n']} seeds) {value_ci(b['effect'], b['ci'], **u)}"
+                       for b in pl["blocks"])
+    flag = " — **heterogeneous**" if pl["heterogeneous"] else ""
+    return f"{blocks}; {pl['test']} p {pval(pl['p'])}{flag}"
+
+
+def bound_text(c: dict) -> str:
+    """A claim's bound in the metric's units, as a multiple of the paired SD and as a share
+    of the reference gain, with its rule (lmpo.experiments.report.bounds)."""
+    b, u = c["effect_bound"], units_of(c)
+    if b.get("value") is None:
+        return f"none declared; {b['rule']}"
+    sd, share = b.get("sd_multiple", math.nan), b.get("gain_share", math.nan)
+    out = (f"{b['key']} {amount(b['value'], **u)} = {fmt(sd)} x the paired SD = "
+           f"{100 * share:.3g}% of the reference gain ({amount(b['ref_gain'], **u)}, "
+           f"{b['seeds']}, n = {b['n']}); {b['rule']}")
+    if b.get("declared") is not None and b["declared"] != b["value"]:
+        out += f"; the file declared {amount(b['declared'], **u)}"
+    elif b["rule"].startswith("declared") and b.get("rule_value"):
+        out += f"; the rule would give {amount(b['rule_value'], **u)}"
+    return out
 
 
 def why_unmeasured(c: dict) -> str:

@@ -143,8 +143,10 @@ def twin_distance(data: dict, claim: dict, floor: float) -> dict | None:
                   if a == arms[1] and r["finished"]), {})
     shared = {(other.get(part) or {}).get("name") for part in ("loss", "advantage",
                                                                   "controller")}
-    twins = {n: s for n, s in ((config.get("log") or {}).get("comparators") or {}).items()
+    logged = (config.get("log") or {}).get("comparators") or {}
+    twins = {n: s for n, s in logged.items()
              if n.startswith(TWIN_PREFIX) and n[len(TWIN_PREFIX):] not in shared}
+    twins = twins or twin_arms(config, logged, shared)
     if not twins:
         return None
     per_twin = []
@@ -160,6 +162,31 @@ def twin_distance(data: dict, claim: dict, floor: float) -> dict | None:
     return {"comparator": " and ".join(twins), "metric": " / ".join(m for _, m in per_twin),
             "value": point, "ci": [lo, hi], "floor": floor, "n": int(vals.size),
             "values": vals.tolist(), "method": method}
+
+
+def twin_arms(config: dict, logged: dict, shared: set) -> dict[str, dict]:
+    """Of an arm's logged comparators (runs made before twins were asked for), those that
+    are one of its methods' ablated twins (registry metadata `twin`: the same parts by
+    name, a same-named twin's hyper-parameters equal), for the methods `shared` lacks."""
+    from lmpo.advantages import advantage_meta
+    from lmpo.losses import loss_meta
+    from lmpo.rollout import CONTROLLERS
+
+    metas = {"loss": loss_meta, "advantage": advantage_meta, "controller": CONTROLLERS.meta}
+    out = {}
+    for part, meta in metas.items():
+        name = (config.get(part) or {}).get("name")
+        twin = meta(name)["twin"] if name else None
+        if not twin or name in shared:
+            continue
+        for comp, spec in logged.items():
+            if set(spec) == set(twin) and all(
+                    (spec[k] or {}).get("name") == sub["name"] and all(
+                        (spec[k].get("hparams") or {}).get(h) == v
+                        for h, v in (sub.get("hparams") or {}).items())
+                    for k, sub in twin.items()):
+                out[comp] = spec
+    return out
 
 
 def below_floor(eng: dict) -> str | None:

@@ -27,7 +27,6 @@ from lmpo.experiments.design.spec import parse_experiment
 from lmpo.experiments.engines.engine_logs import engine_rows
 from lmpo.experiments.report.audit import (
     arm_configs,
-    design_decision,
     effective_table,
     judge_claims,
     seed_values,
@@ -35,6 +34,7 @@ from lmpo.experiments.report.audit import (
 from lmpo.experiments.report.claim_table import claim_lines, fmt, sequential_lines
 from lmpo.experiments.report.diagnostics import method_diagnostics
 from lmpo.experiments.report.engagement import DEFAULT_FLOOR
+from lmpo.experiments.report.looks import design_decision
 from lmpo.experiments.stats.seeds import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.process_env import cpu_model

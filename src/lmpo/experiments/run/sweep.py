@@ -144,7 +144,7 @@ def next_look(exp: Experiment, out: Path) -> list[int] | None:
     """The seeds of the next look of a sequential design, or None where the headline
     family is decided or `max` is reached (said in one line either way)."""
     from lmpo.experiments.design.sequential import all_seeds
-    from lmpo.experiments.report.audit import design_decision
+    from lmpo.experiments.report.looks import design_decision
     from lmpo.experiments.report.write import collect
 
     decision = design_decision(collect(out))

@@ -147,6 +147,7 @@ def check_decomposition(flat, configs: dict) -> None:
         if claim.get("role") not in ("headline", "secondary") or len(claim["arms"]) != 2 \
                 or claim_kind(claim["kind"]).over_levels:  # a trend: judged per level
             continue
+        check_anchor(flat, claim, configs)
         m, b = claim["arms"]
         twin = twin_config(configs[m], configs[b])
         if twin is None or not differences(twin, configs[b]):
@@ -166,3 +167,31 @@ def check_decomposition(flat, configs: dict) -> None:
         if wrong:
             raise ConfigError(f"{where}: twin {claim['twin']!r} is not {method} with only its "
                               f"mechanism removed: it differs from that in {', '.join(wrong)}")
+
+
+ANCHOR = "old_logp"  # rollout.old_logp: which log-probs anchor the ratio
+
+
+def check_anchor(flat, claim: dict, configs: dict) -> None:
+    """A claim whose arms differ in their anchor (`rollout.old_logp`) names an anchor-
+    matched arm (`anchor:`): its first arm with the second's anchor and nothing else
+    changed, so the effect splits into the anchor's part and the matched part."""
+    m, b = claim["arms"]
+    mine, theirs = configs[m].rollout.old_logp, configs[b].rollout.old_logp
+    if mine == theirs:
+        return
+    where = f"experiment {flat.name!r}: claims[{claim['index']}]"
+    method, baseline = claim["base_arms"]
+    if "anchor" not in claim:
+        raise ConfigError(
+            f"{where}: {method} and {baseline} differ in their anchor (rollout.old_logp "
+            f"{mine} vs {theirs}); add {method} with rollout.old_logp: {theirs} as an arm "
+            "and name it in the claim's `anchor:`, so the effect splits into the anchor's "
+            "part and the matched part")
+    r = next(c["arms"][0] for c in flat.claims if c.get("split") == "matched"
+             and c["index"] == claim["index"] and c.get("level") == claim.get("level"))
+    wrong = [k for k in differences(configs[m], configs[r]) if k != f"rollout.{ANCHOR}"]
+    if configs[r].rollout.old_logp != theirs or wrong:
+        raise ConfigError(f"{where}: anchor {claim['anchor']!r} is not {method} with "
+                          f"{baseline}'s anchor ({theirs}): it differs in "
+                          f"{', '.join(wrong) or f'rollout.old_logp {configs[r].rollout.old_logp}'}")

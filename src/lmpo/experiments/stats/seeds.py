@@ -41,7 +41,11 @@ LABELS = ("insufficient seeds", "mechanism inert", "confounded", "not engaged", 
 
 # The effective behaviour of an arm, compared within every claim: (metric, reduce, how a
 # difference is judged: a ratio of 1.5 for norms and counts, 0.2 absolute for shares).
-EFFECTIVE = {"grad_clip_share": ("grad/clipped_frac", "mean", "share"),
+# The effective step is the parameter update's norm after the optimiser (`update_norm`):
+# the gradient's norm before it and how often clipping rescaled it are shown, never
+# flagged (`SHOWN`): AdamW largely cancels a gradient's scale.
+EFFECTIVE = {"update_norm": ("optim/update_norm", "mean", "ratio"),
+             "grad_clip_share": ("grad/clipped_frac", "mean", "share"),
              "step_norm": ("grad/step_norm", "mean", "ratio"),
              "update_share": ("data/update_share", "mean", "share"),
              "rollout_tokens": ("tokens/cumulative", "final", "ratio"),
@@ -52,6 +56,7 @@ EFFECTIVE = {"grad_clip_share": ("grad/clipped_frac", "mean", "share"),
 # (a name that read as PPO's ratio clipping); old experiment files and reports still read
 LEGACY_EFFECTIVE = {"clipped_share": "grad_clip_share"}
 ALWAYS_CONFOUNDS = ("optim_steps",)  # never a mediator: unequal optimiser steps
+SHOWN = ("grad_clip_share", "step_norm")  # pre-optimiser: shown beside the update norm
 PRE_CLIP = ("grad/norm", "mean")  # shown, never flagged: two always-clipped arms step alike
 TOLERANCE = {"ratio": 1.5, "share": 0.2}
 
@@ -193,14 +198,16 @@ def effective_flags(pairs: list[tuple[str, str]], quantities: dict[str, dict[str
                     expects: list[str], tolerance: dict | None = None) -> list[str]:
     """'name = a vs b' for every effective quantity on which a pair of a claim's arms differ
     beyond the tolerance (ratio 1.5 for norms and counts, 0.2 absolute for shares), unless
-    it mediates the treatment (`expects`: the claim's mediators and its parts'); unequal
-    optimiser steps always count. `quantities`: {arm: {name: mean over seeds}}."""
+    it mediates the treatment (`expects`: the claim's mediators and its parts') or is only
+    shown (`SHOWN`: before the optimiser); unequal optimiser steps always count.
+    `quantities`: {arm: {name: mean over seeds}}."""
     tol = TOLERANCE | (tolerance or {})
     flags = []
     for x, y in pairs:
         for name, (_, _, how) in EFFECTIVE.items():
             u, v = quantities.get(x, {}).get(name), quantities.get(y, {}).get(name)
-            if (name in expects and name not in ALWAYS_CONFOUNDS) or u is None or v is None:
+            if (name in expects and name not in ALWAYS_CONFOUNDS) or name in SHOWN \
+                    or u is None or v is None:
                 continue
             if how == "share":
                 far = abs(u - v) > tol["share"]
@@ -210,3 +217,17 @@ def effective_flags(pairs: list[tuple[str, str]], quantities: dict[str, dict[str
             if far:
                 flags.append(f"{name} = {u:.3g} ({x}) vs {v:.3g} ({y})")
     return flags
+
+
+def unmeasured(pairs: list[tuple[str, str]], quantities: dict[str, dict[str, float]],
+               expects: list[str]) -> list[str]:
+    """The flagged effective quantities (not `SHOWN`, not expected) that a pair's runs never
+    logged: a confound on them is "not measured" (rows older than the quantity's logging)."""
+    out = []
+    for x, y in pairs:
+        for name in EFFECTIVE:
+            if name in SHOWN or (name in expects and name not in ALWAYS_CONFOUNDS):
+                continue
+            if name not in quantities.get(x, {}) or name not in quantities.get(y, {}):
+                out.append(name)
+    return list(dict.fromkeys(out))
