@@ -90,8 +90,8 @@ def test_a_multiple_is_tested_at_the_declared_share_of_the_papers(tmp_path, rati
 
 
 def test_a_reanalysis_says_so_in_its_label(tmp_path):
-    from lmpo.experiments.report.claim_table import shown_verdict
     from lmpo.experiments.report.audit import judge_claims
+    from lmpo.experiments.report.claim_table import shown_verdict
     from lmpo.experiments.report.write import collect
 
     [ratio_claim, _] = judge_claims(collect(strength_sweep(tmp_path, 1.2, True)))

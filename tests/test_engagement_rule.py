@@ -136,7 +136,9 @@ def test_mediators_are_declared_per_claim_and_the_effective_step_is_the_update_n
 
     ebpo = {"advantage.name": "ebpo", "loss.name": "ppo_clip"}
     grpo = {"advantage.name": "grpo", "loss.name": "ppo_clip"}
-    assert part_mediators(ebpo, grpo) == []
+    dr = {"advantage.name": "dr_grpo", "loss.name": "ppo_clip"}
+    assert part_mediators(dr, grpo) == []  # nothing by kind: an estimator declares its own
+    assert part_mediators(ebpo, grpo) == ["adv_abs_mean"]  # EBPO's shrunk baseline
     means = {"ebpo": {"adv_abs_mean": 0.68, "step_norm": 0.2, "optim_steps": 100.0,
                       "reward_range": 1.0, "update_norm": 0.01},
              "grpo": {"adv_abs_mean": 0.22, "step_norm": 0.2, "optim_steps": 100.0,

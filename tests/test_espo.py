@@ -142,6 +142,10 @@ def test_variant_f_tracks_a_reference_runs_token_curve(tmp_path):
     cum = sum(r["tokens/generated"] for r in rows)
     assert cum == pytest.approx(3000.0 * 80, rel=0.03)
     assert stopper.target_tokens(80) == 3000.0 * 80
+    # the gap to the reference's curve at this step, for a claim held at every step
+    assert stopper.metrics()["espo/reference_gap"] == pytest.approx(
+        abs(cum - 3000.0 * 80) / (3000.0 * 80), rel=1e-9)
+    assert "espo/reference_gap" not in RandomStop(savings=0.2).metrics()
 
 
 def test_variant_f_stops_at_random_whatever_the_sequence():

@@ -14,6 +14,14 @@ import pytest
 
 from tests.golden.runs import HERE, RUNS, TINY, machine_key, produce
 
+# metrics logged since the golden rows were written (each tested on its own:
+# optim/update_norm in tests/test_design_rules.py); the rest must match bit for bit
+ADDED = ("optim/update_norm",)
+
+
+def without_added(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ADDED}
+
 
 def test_the_trainer_reproduces_its_golden_rows(tiny_policy_dir, tmp_path):
     saved = json.loads((HERE / "rows.json").read_text())
@@ -26,7 +34,7 @@ def test_the_trainer_reproduces_its_golden_rows(tiny_policy_dir, tmp_path):
     assert sorted(rows) == sorted(golden)
     for name in golden:
         assert len(rows[name]) == len(golden[name]), name
-        for got, want in zip(rows[name], golden[name], strict=True):
+        for got, want in zip(map(without_added, rows[name]), golden[name], strict=True):
             assert got == want, (name, got["step"], sorted(
                 k for k in set(got) | set(want) if got.get(k) != want.get(k)))
 
@@ -46,4 +54,4 @@ def test_the_metrics_a_config_declares_are_the_ones_its_run_logs(name):
         keys = set().union(*map(set, rows[name]))
         assert sorted(k for k in keys if not logs(names, k)) == []
         assert [n for n in names if "*" not in n and n not in keys
-                and not n.startswith("time/")] == []
+                and not n.startswith("time/") and n not in ADDED] == []

@@ -234,17 +234,17 @@ def test_the_audits_come_first_in_their_order():
 @pytest.mark.parametrize("u,v,flagged", [(1.0, 1.5, False), (1.0, 1.51, True),
                                          (0.0, 0.0, False), (0.0, 0.1, True)])
 def test_a_norm_or_count_differs_beyond_a_ratio_of_1_5(u, v, flagged):
-    q = {"a": {"step_norm": u}, "b": {"step_norm": v}}
+    q = {"a": {"update_norm": u}, "b": {"update_norm": v}}
     flags = effective_flags([("a", "b")], q, expects=[])
     assert bool(flags) == flagged
-    assert not effective_flags([("a", "b")], q, expects=["step_norm"])
+    assert not effective_flags([("a", "b")], q, expects=["update_norm"])
     if flagged:
-        assert flags[0].startswith("step_norm = ")
+        assert flags[0].startswith("update_norm = ")
 
 
 @pytest.mark.parametrize("u,v,flagged", [(0.1, 0.3, False), (0.1, 0.31, True)])
 def test_a_share_differs_beyond_0_2_absolute(u, v, flagged):
-    q = {"a": {"grad_clip_share": u}, "b": {"grad_clip_share": v}}
+    q = {"a": {"update_share": u}, "b": {"update_share": v}}
     assert bool(effective_flags([("a", "b")], q, expects=[])) == flagged
     assert not effective_flags([("a", "b")], q, [], tolerance={"share": 0.5})
 
@@ -277,8 +277,8 @@ def test_claim_fields_are_checked_before_any_run():
         with pytest.raises(ConfigError, match=msg):
             parse_experiment({"arms": arms, "steps": 1, "differs_in": [], "claims": [
                 claim("direction", expect="greater") | extra]}, "x", "x")
-    assert set(EFFECTIVE) >= {"update_norm", "grad_clip_share", "step_norm", "update_share", "rollout_tokens",
-                              "reward_range", "adv_abs_mean", "optim_steps"}
+    assert set(EFFECTIVE) >= {"update_norm", "grad_clip_share", "step_norm", "update_share",
+                              "rollout_tokens", "reward_range", "adv_abs_mean", "optim_steps"}
 
 
 def test_a_comparison_of_gains_pairs_each_difference_within_a_seed():

@@ -72,6 +72,9 @@ class Prior:
                      twin={"advantage": {"name": "grpo"}},
                      readings=("ebpo/shrinkage", "ebpo/shrinkage_std"),
                      engagement="adv/allfail_mean",
+                     # its mechanism: a group's baseline shrunk toward a prior leaves the
+                     # group's advantages off zero mean (all-fail groups included)
+                     mediates=("adv_abs_mean",),
                      domains={"eps": "[0, inf)", "scale": "{global, none}",
                               "prior": "{global, cluster}", "decay": "(0, 1) | None"},
                      title="EBPO", source="arXiv 2602.05165",

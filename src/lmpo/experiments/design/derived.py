@@ -64,19 +64,23 @@ def at_strength(claim: dict) -> list[dict]:
     return [ratio, direction]
 
 
-def split_claims(claim: dict, index: int, level: str | None) -> list[dict]:
+def split_claims(claim: dict, index: int, level: str | None,
+                 running: list[str] | None = None) -> list[dict]:
     """A claim that names its first arm's `twin` (the method with only its mechanism
     removed), split in two descriptive rows beside it: the mechanism's part (method - twin)
     and the shared part (twin - baseline), each with its own interval. One that names an
     `anchor` (the first arm with the baseline's anchor, `rollout.old_logp`), likewise: the
     anchor's part (method - anchor-matched method) and the matched part (anchor-matched
-    method - baseline)."""
+    method - baseline). Each split where its arm runs at `level` (`running`: the arms that
+    do; None: all)."""
+    if "twin" not in claim and "anchor" not in claim:
+        return []
     (m, b) = claim["arms"][:2]
     parts = []
-    if "twin" in claim:
+    if "twin" in claim and (running is None or claim["twin"] in running):
         t = claim["twin"]
         parts += [("mechanism", (m, t)), ("shared", (t, b))]
-    if "anchor" in claim:
+    if "anchor" in claim and (running is None or claim["anchor"] in running):
         r = claim["anchor"]
         parts += [("anchor", (m, r)), ("matched", (r, b))]
     base = {k: v for k, v in claim.items() if k not in (

@@ -176,7 +176,8 @@ class Experiment:
                 own = claim | extra | {
                     "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
                     "role": role, "base_arms": claim["arms"]}
-                claims += at_strength(own) + split_claims(claim, i, lv)
+                claims += at_strength(own) + split_claims(
+                    claim, i, lv, [a.name for a in self.arms if lv in self.arm_levels(a.name)])
         for i, premise in enumerate(self.premises):  # judged per level, after the claims
             versus = premise.get("versus")
             for lv in self.claim_levels(premise, f"premises[{i}]"):
@@ -194,10 +195,9 @@ class Experiment:
 
 
 def claim_arms(claim: dict) -> list[str]:
-    """The arms a claim reads: its own, its comparator and its twin."""
-    return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else []),
-            *([claim["twin"]] if "twin" in claim else []),
-            *([claim["anchor"]] if "anchor" in claim else [])]
+    """The arms a claim is judged on at a level: its own and its comparator (its twin and
+    anchor-matched arm split it where they run: lmpo.experiments.design.derived)."""
+    return [*claim["arms"], *([claim["comparator"]] if "comparator" in claim else [])]
 
 
 def _seeds(value, where: str) -> list[int]:

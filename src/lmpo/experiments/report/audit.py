@@ -31,7 +31,6 @@ from lmpo.experiments.design.dose import (
 from lmpo.experiments.design.keys import NEVER_COUNT, covered
 from lmpo.experiments.design.premises import gate
 from lmpo.experiments.design.premises import status as premise_status
-from lmpo.experiments.report.bounds import apply_rule
 from lmpo.experiments.report.bounds import describe as describe_bound
 from lmpo.experiments.report.engagement import (
     DEFAULT_FLOOR,
@@ -42,6 +41,12 @@ from lmpo.experiments.report.engagement import (
     twin_distance,
 )
 from lmpo.experiments.report.looks import look_effects, premise_looks, sequential_looks
+from lmpo.experiments.report.readings import (
+    claims_under_rule,
+    finished_rows,
+    matched_values,
+    seed_values,
+)
 from lmpo.experiments.stats.kinds import claim_kind, claim_p
 from lmpo.experiments.stats.labels import judge
 from lmpo.experiments.stats.multiplicity import family_size, holm_adjust, step_down_alphas
@@ -54,25 +59,6 @@ from lmpo.experiments.stats.seeds import (
     reduce_metric,
     unmeasured,
 )
-
-
-def finished_rows(data: dict, arm: str) -> dict[int, list[dict]]:
-    return {seed: data["runs"][(arm, seed)]["rows"] for seed in data["experiment"].seeds
-            if data["runs"][(arm, seed)]["finished"]}
-
-
-def seed_values(data: dict, arm: str, metric: str, reduce: str, k: int = 20) -> dict[int, float]:
-    """{seed: value} over the arm's finished runs that logged `metric` ("gain" reads the
-    run's evaluation before training as its first row)."""
-    out = {}
-    for seed, rows in finished_rows(data, arm).items():
-        if reduce == "gain":
-            rows = [data["runs"][(arm, seed)]["before_row"], *rows]
-        try:
-            out[seed] = reduce_metric(rows, metric, reduce, k)
-        except KeyError:
-            pass
-    return out
 
 
 def arm_configs(data: dict) -> dict[str, dict]:
@@ -202,26 +188,6 @@ def prepare(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> 
             "engine": unlogged_by(data, claim, per_arm), "unreached": unreached}
 
 
-def matched_values(data: dict, claim: dict) -> tuple[dict, dict]:
-    """({arm: {seed: the metric where the run's drift first reaches the level}}, {arm:
-    [the finished seeds whose run never reaches it]}): a matched claim's values."""
-    from lmpo.experiments.design.frontier import curve, read_at
-
-    m = claim["matched"]
-    per_arm, unreached = {}, {}
-    for arm in claim["arms"]:
-        per_arm[arm] = {}
-        for seed in finished_rows(data, arm):
-            run = data["runs"][(arm, seed)]
-            value = read_at(curve(run["rows"], run["before_row"], m["x"], claim["metric"],
-                                  int(m.get("window", 10))), float(m["level"]))
-            if math.isnan(value):
-                unreached.setdefault(arm, []).append(seed)
-            else:
-                per_arm[arm][seed] = value
-    return per_arm, unreached
-
-
 def prepare_dose(claim: dict, data: dict, flats: dict, means: dict, floor: float) -> dict:
     """A dose_response claim: effects per level and seed, the trend's per-seed values, each
     level's engagement and x, the audits over every level's pair."""
@@ -283,18 +249,6 @@ def audit_inputs(data: dict) -> tuple[dict, dict, float]:
     means = {arm: {k: v["mean"] for k, v in q.items()} for arm, q in table.items()}
     floor = exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR
     return arm_configs(data), means, floor
-
-
-def claims_under_rule(data: dict, flats: dict) -> list[dict]:
-    """The experiment's claims with their bounds set by the one bound rule
-    (`lmpo.experiments.report.bounds`)."""
-    def read(claim: dict, arm: str) -> dict[int, float]:
-        if "matched" in claim:
-            return matched_values(data, claim | {"arms": [arm]})[0][arm]
-        return seed_values(data, arm, claim["metric"], claim.get("reduce", "final"),
-                           int(claim.get("k", 20)))
-
-    return [apply_rule(c, data, flats, read) for c in data["experiment"].claims]
 
 
 def judge_claims(data: dict) -> list[dict]:

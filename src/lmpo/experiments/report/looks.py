@@ -117,7 +117,8 @@ def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:
 def design_decision(data: dict) -> dict:
     """What the sequential design says of the runs so far: {looks, claims, stopped,
     next (the seed count of the next look, or None)}."""
-    from lmpo.experiments.report.audit import audit_inputs, claims_under_rule, prepare
+    from lmpo.experiments.report.audit import audit_inputs, prepare
+    from lmpo.experiments.report.readings import claims_under_rule
 
     exp = data["experiment"]
     flats, means, floor = audit_inputs(data)

@@ -18,9 +18,52 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmpo.errors import ConfigError
+
+# what a re-analysis may add to a claim written before its runs: a test at the paper's
+# strength, a decomposition by the method's twin or an anchor-matched arm, a cited bound
+REANALYSIS_KEYS = ("strength", "twin", "anchor", "bound_source")
+REANALYSIS_FILE = "reanalysis.yaml"
+
+
+def with_reanalysis(saved: dict, root: Path) -> dict:
+    """The saved experiment (as its runs were made) with the keys of `reanalysis.yaml`
+    beside the run directory, if any:
+
+        claims:            # by index in the saved experiment's claims
+          0: {strength: {multiple: 10, fraction: 0.5}}
+          1: {twin: is_pg}
+
+    A claim that gains `strength` is marked `reanalysis: true` (its label says so). The
+    run record itself (`sweep/experiment.yaml`) is never edited."""
+    from lmpo.yamlfile import read_yaml_file
+
+    path = root.parent / REANALYSIS_FILE
+    if not path.exists():
+        return saved
+    extra = read_yaml_file(path, what="re-analysis").get("claims") or {}
+    claims = list(saved.get("claims") or [])
+    for index, keys in extra.items():
+        where = f"{path}: claims {index}"
+        if not isinstance(index, int) or not 0 <= index < len(claims) or \
+                not isinstance(keys, dict):
+            raise ConfigError(f"{where}: an index into the saved claims (0-{len(claims) - 1}) "
+                              "mapping to the keys added")
+        bad = sorted(set(keys) - set(REANALYSIS_KEYS))
+        if bad:
+            raise ConfigError(f"{where}: a re-analysis adds only {', '.join(REANALYSIS_KEYS)}; "
+                              f"got {bad}")
+        claims[index] = claims[index] | keys | (
+            {"reanalysis": True} if "strength" in keys else {})
+    return saved | {"claims": claims}
+
 
 def claim_key(c: dict) -> tuple:
-    return c["claim"], c.get("level")
+    """A claim across reports: what it compares (premise or claim, its index in the file,
+    level, kind, part of a split, arms), not its text, which shows a bound that a rule may
+    change."""
+    return (c.get("role") == "premise", c.get("index"), c.get("level"), c["kind"],
+            c.get("split"), tuple(c.get("arms") or ()))
 
 
 def earlier_labels(path: Path) -> dict[tuple, list[tuple[str, str | None]]]:

@@ -107,9 +107,10 @@ def collect(root: Path) -> dict:
     saved = root / "experiment.yaml"
     if not saved.exists():
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
-    exp = parse_experiment(withdraw_sourceless(read_yaml_file(saved, what="saved experiment")),
-                           root.name,
-                           str(saved)).expand()
+    from lmpo.experiments.report.rejudge import with_reanalysis
+
+    exp = parse_experiment(with_reanalysis(withdraw_sourceless(read_yaml_file(
+        saved, what="saved experiment")), root), root.name, str(saved)).expand()
     if exp.design:  # seeds until decided: the looks this directory has started
         from lmpo.experiments.design.sequential import taken_seeds
 

@@ -161,8 +161,12 @@ def check_decomposition(flat, configs: dict) -> None:
                 f"ablated twin as an arm ({method} with only the mechanism removed) and name "
                 "it in the claim's `twin:`, so the effect splits into the mechanism's part "
                 "and the shared part")
-        t = next(c["arms"][0] for c in flat.claims if c.get("split") == "shared"
-                 and c["index"] == claim["index"] and c.get("level") == claim.get("level"))
+        t = next((c["arms"][0] for c in flat.claims if c.get("split") == "shared"
+                  and c["index"] == claim["index"] and c.get("level") == claim.get("level")),
+                 None)
+        if t is None:
+            raise ConfigError(f"{where}: twin {claim['twin']!r} does not run at "
+                              f"{claim.get('level')}, where the claim is judged (its `levels`)")
         wrong = differences(twin, configs[t])
         if wrong:
             raise ConfigError(f"{where}: twin {claim['twin']!r} is not {method} with only its "
@@ -188,10 +192,13 @@ def check_anchor(flat, claim: dict, configs: dict) -> None:
             f"{mine} vs {theirs}); add {method} with rollout.old_logp: {theirs} as an arm "
             "and name it in the claim's `anchor:`, so the effect splits into the anchor's "
             "part and the matched part")
-    r = next(c["arms"][0] for c in flat.claims if c.get("split") == "matched"
-             and c["index"] == claim["index"] and c.get("level") == claim.get("level"))
+    r = next((c["arms"][0] for c in flat.claims if c.get("split") == "matched"
+              and c["index"] == claim["index"] and c.get("level") == claim.get("level")), None)
+    if r is None:
+        raise ConfigError(f"{where}: anchor {claim['anchor']!r} does not run at "
+                          f"{claim.get('level')}, where the claim is judged (its `levels`)")
     wrong = [k for k in differences(configs[m], configs[r]) if k != f"rollout.{ANCHOR}"]
     if configs[r].rollout.old_logp != theirs or wrong:
+        what = ", ".join(wrong) or f"rollout.old_logp {configs[r].rollout.old_logp}"
         raise ConfigError(f"{where}: anchor {claim['anchor']!r} is not {method} with "
-                          f"{baseline}'s anchor ({theirs}): it differs in "
-                          f"{', '.join(wrong) or f'rollout.old_logp {configs[r].rollout.old_logp}'}")
+                          f"{baseline}'s anchor ({theirs}): it differs in {what}")

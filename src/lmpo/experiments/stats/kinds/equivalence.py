@@ -42,8 +42,8 @@ class Equivalence(ClaimKind):
 
     def describe(self, claim: dict, metric: str, a: str, b: str) -> str:
         if claim.get("statistic") == "ratio":
-            return f"{metric}: |{a} / {b} - 1| <= {claim['margin']}"
-        return f"{metric}: |{a} - {b}| <= {claim['margin']}"
+            return f"{metric}: |{a} / {b} - 1| <= {claim['margin']:.4g}"
+        return f"{metric}: |{a} - {b}| <= {claim['margin']:.4g}"
 
     def per_seed(self, claim: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
