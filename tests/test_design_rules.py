@@ -214,8 +214,7 @@ def test_a_stop_is_refused_while_the_premise_is_undecided(tmp_path):
     """The claim crosses the first look's boundary (a large, steady effect) but its premise
     is undecided there: the claim is held open, and decided only at the second look, where
     the premise (on its repeated interval) is met."""
-    from lmpo.experiments.report.audit import judge_claims
-    from lmpo.experiments.report.looks import design_decision
+    from lmpo.experiments.report.audit import design_decision, judge_claims
     from lmpo.experiments.report.write import collect
 
     premise = [0.3, -0.2, 0.5, -0.1, 0.2] + [1.0, 1.1, 0.9, 1.05, 0.95]
@@ -292,3 +291,134 @@ def test_a_run_logs_its_update_norm(tiny_policy_dir, tmp_path):
 def subdir(tmp_path):
     (tmp_path / "b").mkdir()
     return tmp_path / "b"
+
+
+# ---------------------------------------------------------------- per-seed warm starts
+def test_each_seed_starts_from_its_own_warm_start_and_a_real_model_keeps_its_own(tmp_path):
+    from lmpo.experiments.design.runs import arm_data
+    from lmpo.experiments.design.spec import parse_experiment
+
+    def exp(extra: dict):
+        return parse_experiment({"arms": {"a": {"preset": "grpo"},
+                                          "p": {"preset": "grpo", "seed_offset": 1000}},
+                                 "steps": 2, "seeds": 3, "differs_in": []} | extra, "x", "x")
+
+    per_seed = exp({})
+    assert per_seed.warm_starts == "per_seed" and per_seed.to_dict()["warm_starts"] == "per_seed"
+    assert arm_data(per_seed, per_seed.arm("a"), 41)["policy_seed"] == 41
+    assert arm_data(per_seed, per_seed.arm("p"), 41)["policy_seed"] == 1041  # its own seeds
+    shared = exp({"warm_starts": "shared"})
+    assert "policy_seed" not in arm_data(shared, shared.arm("a"), 41)
+    real = exp({"base": {"policy": "smollm2-135m-instruct"}})
+    assert "policy_seed" not in arm_data(real, real.arm("a"), 41)  # the pretrained model
+    folder = exp({"base": {"policy": str(tmp_path)}})
+    assert "policy_seed" not in arm_data(folder, folder.arm("a"), 41)
+    with pytest.raises(Exception, match="warm_starts must be one of per_seed, shared"):
+        exp({"warm_starts": "each"})
+
+
+def test_a_seeded_warm_start_is_its_own_sft_draw_cached_and_pinned(tmp_path, monkeypatch):
+    """Two SFT seeds give two policies (each cached once), and the sweep pins each as
+    `<name>-seed<k>`, which a run then reads before the cache."""
+    from safetensors.torch import load_file
+
+    from lmpo.warmstart import PINNED_ENV, pin, resolve_policy
+
+    monkeypatch.setenv("LMPO_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(PINNED_ENV, raising=False)
+    short = ("steps=2", "eval_per_tier=2", "threads=1")
+    a = resolve_policy("nano-chain-sum", sft_overrides=short, seed=1, progress=False)
+    b = resolve_policy("nano-chain-sum", sft_overrides=short, seed=2, progress=False)
+    assert a != b and resolve_policy("nano-chain-sum", sft_overrides=short, seed=1,
+                                     progress=False) == a
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa)
+    monkeypatch.setattr("lmpo.warmstart.cached_policy",
+                        lambda name, sft_overrides=(), progress=True: a)
+    pinned = pin("nano-chain-sum", tmp_path / "warmstarts", seed=1)
+    assert pinned.name == "nano-chain-sum-seed1" and (pinned / "config.json").is_file()
+    monkeypatch.setenv(PINNED_ENV, str(tmp_path / "warmstarts"))
+    assert resolve_policy("nano-chain-sum", seed=1) == pinned
+
+
+def test_a_sweep_saved_before_the_key_reads_as_shared(tmp_path):
+    from lmpo.experiments.report.write import collect
+
+    out = hand_written_sweep(tmp_path, {"arms": {"a": {"preset": "grpo"}}, "steps": 2,
+                                        "seeds": 3, "differs_in": [], "claims": []},
+                             lambda run: [{"step": 2, "reward/mean": 0.1}])
+    saved = out / "experiment.yaml"
+    saved.write_text("".join(line for line in saved.read_text().splitlines(True)
+                             if not line.startswith("warm_starts")))
+    assert collect(out)["experiment"].warm_starts == "shared"
+
+
+# ---------------------------------------------------------------- time-matched controls
+def reference_experiment(tmp_path, policy, ref="@espo"):
+    import yaml
+
+    from lmpo.experiments.design.spec import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": {"policy": str(policy)},
+        "arms": {"espo": {"preset": "espo"},
+                 "random": {"preset": "espo", "overrides": {"controller": {
+                     "name": "random_stop", "hparams": {"reference": ref}}}}},
+        "seeds": 2, "steps": 2, "differs_in": ["controller"]}, sort_keys=False))
+    return load_experiment(path)
+
+
+def test_random_stops_read_the_same_seeds_espo_run_which_runs_first(tmp_path,
+                                                                    tiny_policy_dir):
+    import yaml
+
+    from lmpo.experiments.run.dispatch import Dispatch
+    from lmpo.experiments.run.launcher import Outcome
+    from lmpo.experiments.run.sweep import plan
+
+    exp = reference_experiment(tmp_path, tiny_policy_dir)
+    runs = plan(exp, tmp_path / "sweep", jobs=1)
+    by = {r.name: r for r in runs}
+    saved = yaml.safe_load(by["random-seed1"].config.read_text())
+    assert saved["controller"]["hparams"]["reference"] == str(
+        tmp_path / "sweep" / "runs" / "espo" / "seed1")
+    assert by["random-seed1"].after == ["espo-seed1"] and by["espo-seed1"].after == []
+
+    class Pool:  # two at once; a run "finishes" when polled, espo-seed1 fails
+        retries, started = 0, []
+
+        def free(self):
+            return True
+
+        def start(self, run, env):
+            self.started.append(run.name)
+            if run.name != "espo-seed1":
+                run.run_dir.mkdir(parents=True, exist_ok=True)
+                (run.run_dir / "metrics.jsonl").write_text('{"step": 2}\n')
+                (run.run_dir / "eval.json").write_text("{}")
+            return run
+
+        def poll(self, run):
+            return Outcome(0 if run.name != "espo-seed1" else 1)
+
+        def where(self, handle):
+            return ""
+
+    pool = Pool()
+    lines = []
+    sweep = Dispatch(exp, pool, [by["random-seed0"], by["random-seed1"], by["espo-seed0"],
+                                 by["espo-seed1"]], say=lines.append)
+    while sweep.busy:
+        sweep.start({})
+        sweep.settle()
+    assert pool.started == ["espo-seed0", "espo-seed1", "random-seed0"]
+    assert by["random-seed0"].status == "done" and by["random-seed1"].status == "failed"
+    assert "the run it reads failed: espo-seed1" in by["random-seed1"].error
+
+
+def test_a_reference_to_no_arm_is_refused_up_front(tmp_path, tiny_policy_dir):
+    from lmpo.experiments.run.sweep import plan
+
+    with pytest.raises(Exception, match=r"controller reference: '@esp' names no other arm"):
+        plan(reference_experiment(tmp_path, tiny_policy_dir, "@esp"), tmp_path / "s", jobs=1)

@@ -163,6 +163,9 @@ def test_variant_f_errors_name_the_problem(tmp_path):
         RandomStop()
     with pytest.raises(ValueError, match="exactly one target"):
         RandomStop(savings=0.2, reference=str(tmp_path))
+    unresolved = RandomStop(reference="@espo")  # an experiment's arm: lmpo compare resolves
+    with pytest.raises(ValueError, match="names an experiment's arm"):
+        unresolved.target_tokens(1)
     bad = tmp_path / "metrics.jsonl"
     bad.write_text('{"step": 1, "tokens/cumulative": 10}\n{"step": 2}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:2: not a metrics row"):

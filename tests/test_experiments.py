@@ -243,7 +243,7 @@ def test_a_crashed_sweep_resumes_to_the_same_report(sft_run, tmp_path, monkeypat
                "expect": "greater", "sentence": "clean", "expects": every,
                "engaged": [{"arm": "cegppo", "metric": "loss/clipfrac", "min": 0.0,
                             "source": "a test's level"}],
-               "min_effect": 0.01}]
+               "min_effect": 0.01, "bound_source": "a test's bound, not the default rule"}]
     exp = experiment(tmp_path, sft_run[0], seeds=3, claims=claims)
     assert compare(exp, tmp_path / "clean", jobs=2, live=False) == 0
     report(tmp_path / "clean")

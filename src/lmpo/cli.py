@@ -306,7 +306,8 @@ def cmd_eval(args) -> int:
     temp = temp if args.temperature is None else args.temperature
     samples = args.samples or (samples if temp > 0 else 1)
     model_dir = (Path(args.run) / "policy" if args.run
-                 else resolve_policy(args.model or cfg.policy))
+                 else resolve_policy(args.model) if args.model
+                 else resolve_policy(cfg.policy, seed=cfg.policy_seed))
     model, tokenizer = load_policy(model_dir)
     model = model.to(device)
     params = args.task_params if args.task_params is not None else (

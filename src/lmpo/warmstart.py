@@ -13,6 +13,10 @@ differs by about a point between an Intel Xeon and an AMD EPYC). A sweep that sp
 machines therefore pins its warm starts: `lmpo compare` copies each one its runs start
 from into the sweep's `warmstarts/<name>/` on first use and points its runs there through
 `LMPO_WARMSTARTS`, which `resolve_policy` reads before the cache.
+
+A seeded warm start (`policy_seed: 41`, which `lmpo compare` sets to each run's seed) is
+the preset's SFT with its own seed, cached and pinned as `<name>-seed41`: each training
+seed then replicates the whole pipeline, its own SFT draw included.
 """
 
 from __future__ import annotations
@@ -38,20 +42,30 @@ def is_preset(spec: str) -> bool:
             and not Path(spec).expanduser().exists() and presets.find(spec, "sft") is not None)
 
 
-def pinned_policy(name: str) -> Path | None:
+def pinned_name(name: str, seed: int | None = None) -> str:
+    """The folder name of warm start `name` (drawn with SFT seed `seed`) in a sweep."""
+    return name if seed is None else f"{name}-seed{seed}"
+
+
+def seed_overrides(seed: int | None) -> tuple[str, ...]:
+    return () if seed is None else (f"seed={seed}",)
+
+
+def pinned_policy(name: str, seed: int | None = None) -> Path | None:
     """The pinned copy of warm start `name` under `$LMPO_WARMSTARTS`, if there is one."""
     root = os.environ.get(PINNED_ENV)
-    folder = Path(root) / name if root else None
+    folder = Path(root) / pinned_name(name, seed) if root else None
     return folder if folder is not None and (folder / "config.json").is_file() else None
 
 
-def pin(name: str, root: Path) -> Path:
-    """`root/name`: warm start `name` as this sweep's runs use it, copied from the cache
-    (built first if missing) unless the sweep pinned it already."""
-    final = root / name
+def pin(name: str, root: Path, seed: int | None = None) -> Path:
+    """`root/name` (`root/name-seed<k>` for SFT seed k): warm start `name` as this sweep's
+    runs use it, copied from the cache (built first if missing) unless the sweep pinned it
+    already."""
+    final = root / pinned_name(name, seed)
     if (final / "config.json").is_file():
         return final
-    source = cached_policy(name)
+    source = cached_policy(name, sft_overrides=seed_overrides(seed))
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
@@ -86,10 +100,11 @@ def cache_entry(name: str, sft_overrides: tuple[str, ...] = ()) -> tuple[Path, d
     return lmpo_home() / "policies" / f"{name}-{key}", inputs
 
 
-def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()
-                   ) -> Path:
+def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = (),
+                   seed: int | None = None) -> Path:
     """The model folder `spec` names: a local Hugging Face folder, or the cached (built on
-    first use, with the preset's own threads) warm start of the SFT preset `spec`."""
+    first use, with the preset's own threads) warm start of the SFT preset `spec` (drawn
+    with SFT seed `seed` where given; a folder or a packaged model ignores it)."""
     from lmpo.models.convert import REAL_MODELS, real_model
 
     path = Path(spec).expanduser()
@@ -102,8 +117,9 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
                           f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
                           f"nor a warm-start preset; warm-start presets: "
                           f"{', '.join(presets.names('sft'))}")
-    pinned = None if sft_overrides else pinned_policy(spec)
-    return pinned or cached_policy(spec, progress=progress, sft_overrides=sft_overrides)
+    pinned = None if sft_overrides else pinned_policy(spec, seed)
+    return pinned or cached_policy(spec, progress=progress,
+                                   sft_overrides=(*sft_overrides, *seed_overrides(seed)))
 
 
 def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()

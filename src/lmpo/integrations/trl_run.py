@@ -99,7 +99,7 @@ def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
         (run_dir / "metrics.jsonl").unlink()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    policy, tok = load_policy(resolve_policy(cfg.policy, progress=False))
+    policy, tok = load_policy(resolve_policy(cfg.policy, progress=False, seed=cfg.policy_seed))
     task = get_task(cfg.task, cfg.task_params or None)
     rt = Runtime.build(cfg, policy, tok, task, progress=False)
     heldout = heldout_split(task, cfg.log.eval_per_tier)

@@ -47,7 +47,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
     `progress` shows the progress bars; `verbose` (default: as `progress`) prints the
     held-out counts."""
-    policy_dir = resolve_policy(cfg.policy, progress=progress)  # may build a warm start
+    # may build a warm start (its seed's own draw with policy_seed)
+    policy_dir = resolve_policy(cfg.policy, progress=progress, seed=cfg.policy_seed)
     run = open_run(cfg, Path(run_dir), policy_dir, resume=resume, progress=progress,
                    verbose=progress if verbose is None else verbose)
     state = run.state

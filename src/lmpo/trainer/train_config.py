@@ -321,6 +321,10 @@ class TrainConfig:
     policy: str = "nano-chain-sum"
     """Starting policy: a local Hugging Face folder, or the name of an SFT preset (built and
     warm-started on first use, then reused from the user cache: `lmpo.warmstart`)."""
+    policy_seed: int | None = dom(None, "int [0, inf) | None")
+    """The seed of an SFT preset's warm start (its own SFT draw; None: the preset's seed).
+    `lmpo compare` sets it to each run's seed (`warm_starts: per_seed`), so seeds
+    replicate the whole pipeline; a folder or a packaged model ignores it."""
     steps: int = dom(40, "int [1, inf)")
     seed: int = 0
     threads: int = dom(2, "int [1, inf)")

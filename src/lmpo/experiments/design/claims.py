@@ -31,6 +31,7 @@
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
+from lmpo.experiments.design.derived import check_strength
 from lmpo.experiments.stats.kinds import CLAIM_KINDS, claim_kind
 from lmpo.experiments.stats.seeds import (
     ALWAYS_CONFOUNDS,
@@ -175,6 +176,23 @@ def check_arms(claim: dict, arms: list[str], where: str) -> None:
         raise ConfigError(f"{where}: arms must name two different arms of {arms}, got {pair!r}")
 
 
+def check_split_arms(claim: dict, arms: list[str], where: str) -> None:
+    """`twin` and `anchor` each name a third arm of a two-arm claim; `bound_source` is a
+    cited reason."""
+    what = {"twin": "the first arm's method with only its mechanism removed",
+            "anchor": "the first arm with the second's anchor, rollout.old_logp"}
+    for key, meaning in what.items():
+        if key in claim and (claim[key] not in arms or len(claim["arms"]) != 2
+                             or claim[key] in claim["arms"]
+                             or claim_kind(claim["kind"]).over_levels):
+            raise ConfigError(f"{where}: {key} names a third arm of {arms} ({meaning}) for a "
+                              f"two-arm claim, got {claim[key]!r}")
+    if "bound_source" in claim and not (isinstance(claim["bound_source"], str)
+                                        and claim["bound_source"].strip()):
+        raise ConfigError(f"{where}: bound_source is the cited reason for a bound other than "
+                          "the default rule (a non-empty string)")
+
+
 def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     """differs_in, expects, engaged, min_effect and paper_effect, when given."""
     if "differs_in" in claim and not (isinstance(claim["differs_in"], list) and all(
@@ -195,18 +213,7 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if "comparator" in claim and claim["comparator"] not in arms:
         raise ConfigError(f"{where}: comparator must name an arm of {arms}, got "
                           f"{claim['comparator']!r}")
-    if "anchor" in claim and (claim["anchor"] not in arms or len(claim["arms"]) != 2
-                              or claim["anchor"] in claim["arms"]
-                              or claim_kind(claim["kind"]).over_levels):
-        raise ConfigError(f"{where}: anchor names a third arm of {arms} (the first arm with "
-                          "the second's anchor, rollout.old_logp) for a two-arm claim, got "
-                          f"{claim['anchor']!r}")
-    if "twin" in claim and (claim["twin"] not in arms or len(claim["arms"]) != 2
-                            or claim["twin"] in claim["arms"]
-                            or claim_kind(claim["kind"]).over_levels):
-        raise ConfigError(f"{where}: twin names a third arm of {arms} (the first arm's method "
-                          "with only its mechanism removed) for a two-arm claim, got "
-                          f"{claim['twin']!r}")
+    check_split_arms(claim, arms, where)
     floor = claim.get("engaged_floor")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):
@@ -233,13 +240,7 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
             raise ConfigError(f"{at} needs exactly one of min or max (and optionally reduce)")
         if entry.get("reduce", "mean") not in REDUCERS:
             raise ConfigError(f"{at}: reduce must be one of {REDUCERS}")
-    from lmpo.experiments.design.derived import check_strength
-
     check_strength(claim, where)
-    if "bound_source" in claim and not (isinstance(claim["bound_source"], str)
-                                        and claim["bound_source"].strip()):
-        raise ConfigError(f"{where}: bound_source is the cited reason for a bound other than "
-                          "the default rule (a non-empty string)")
     if "min_effect" in claim and not (isinstance(claim["min_effect"], int | float)
                                       and claim["min_effect"] > 0):
         raise ConfigError(f"{where}: min_effect must be a number > 0 (the metric's units)")

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from lmpo.errors import ConfigError
 from lmpo.experiments.design.conditions import run_arm
+from lmpo.experiments.stats.kinds.direction import Direction
+from lmpo.experiments.stats.kinds.threshold import Threshold
 
 STRENGTH_KEYS = {"multiple", "fraction"}
 
@@ -34,7 +36,7 @@ def check_strength(claim: dict, where: str) -> None:
         raise ConfigError(f"{where}: strength is {{multiple: M, fraction: f}} (the paper's "
                           f"multiple M > 1, its low end; the claim tests >= f*M, 0 < f <= 1), "
                           f"got {s!r}")
-    if claim.get("kind") != "direction" or len(claim.get("arms", [])) != 2 or \
+    if claim.get("kind") != Direction.name or len(claim.get("arms", [])) != 2 or \
             claim.get("expect") not in ("greater", "less"):
         raise ConfigError(f"{where}: strength applies to a two-arm direction claim (the ratio "
                           "of its arms is then tested at the paper's strength)")
@@ -52,7 +54,7 @@ def at_strength(claim: dict) -> list[dict]:
     names = (base[0], base[1]) if claim["expect"] == "greater" else (base[1], base[0])
     ratio = {k: v for k, v in claim.items() if k not in (
         "strength", "min_effect", "expect", "twin", "descriptive")} | {
-        "kind": "threshold", "statistic": "ratio", "expect": "above", "bound": bound,
+        "kind": Threshold.name, "statistic": "ratio", "expect": "above", "bound": bound,
         "arms": [small, big], "base_arms": [names[1], names[0]],
         "sentence": f"{claim['sentence'].strip()}: at least {bound:g}x ({s['fraction']:g} of "
                     f"the paper's {s['multiple']:g}x)"}

@@ -3,8 +3,10 @@ between arms, and whether a key falls under a list of allowed prefixes."""
 
 from __future__ import annotations
 
-PER_RUN_KEYS = ("seed", "threads")  # differ between runs by design, never between arms
-NEVER_COUNT = ("seed", "threads", "log", "imports")  # no claim is confounded by these
+# differ between runs by design (a run's seed, and with it its warm start's), never
+# between arms
+PER_RUN_KEYS = ("seed", "policy_seed", "threads")
+NEVER_COUNT = ("seed", "policy_seed", "threads", "log", "imports")  # never a confound
 COMPARATOR_KEY = "log.comparators"  # follows from the claims: never an arm's own setting
 
 

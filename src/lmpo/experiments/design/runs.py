@@ -24,6 +24,11 @@ def arm_data(exp, arm, seed: int, *, threads: int | None = None,
                           "exp.expand() (`arm@level`)")
     data = merge(merge(read_yaml(arm.preset, "train"), exp.base), arm.overrides)
     data = merge(data, {"steps": exp.steps, "seed": seed + arm.seed_offset})
+    if exp.warm_starts == "per_seed" and "policy_seed" not in data:
+        from lmpo.warmstart import is_preset
+
+        if is_preset(str(data.get("policy", "nano-chain-sum"))):  # each seed its own draw
+            data["policy_seed"] = seed + arm.seed_offset
     if threads is not None:
         data["threads"] = threads
     if comparators:

@@ -56,7 +56,8 @@ from lmpo.experiments.stats.kinds import claim_kind
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
 # a resumed sweep keeps these
 RUN_KEYS = ("name", "base", "arms", "seeds", "steps", "claims", "frontier", "conditions",
-            "premises", "twins")
+            "premises", "twins", "warm_starts")
+WARM_STARTS = ("per_seed", "shared")  # a warm-start preset drawn per seed, or one for all
 
 
 @dataclass
@@ -91,6 +92,9 @@ class Experiment:
     # each arm's runs also log their methods' ablated twins (`twin_<method>` comparators),
     # and a claim whose first arm's twin distance is below the floor reads "mechanism inert"
     twins: bool = False
+    # per_seed: each run starts from its own seed's SFT draw of a warm-start preset
+    # (`policy_seed`); shared: every run from the preset's one (sweeps made before the key)
+    warm_starts: str = "per_seed"
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -116,7 +120,7 @@ class Experiment:
                if self.conditions else {}) \
             | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {}) \
             | ({"premises": self.premises} if self.premises else {}) \
-            | ({"twins": True} if self.twins else {})
+            | ({"twins": True} if self.twins else {}) | {"warm_starts": self.warm_starts}
 
     def arm_levels(self, name: str) -> list[str | None]:
         """The levels an arm runs at ([None] without conditions)."""
@@ -217,7 +221,7 @@ def _seeds(value, where: str) -> list[int]:
 
 EXPERIMENT_KEYS = {"name", "description", "notes", "base", "arms", "seeds", "steps",
                    "differs_in", "claims", "effective_tolerance", "frontier", "conditions",
-                   "engaged_floor", "premises", "twins"}
+                   "engaged_floor", "premises", "twins", "warm_starts"}
 
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
@@ -242,7 +246,9 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                      frontier=check_frontier(data.get("frontier"), where),
                      conditions=check_conditions(data.get("conditions"), where),
                      engaged_floor=data.get("engaged_floor"),
-                     twins=parse_twins(data.get("twins", False), where), **settings)
+                     twins=parse_twins(data.get("twins", False), where),
+                     warm_starts=parse_warm_starts(data.get("warm_starts", "per_seed"), where),
+                     **settings)
     check_arms_against(exp, where)
     check_claims_and_premises(exp, data.get("premises"), where)
     return exp
@@ -251,6 +257,13 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
 def parse_twins(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{where}: twins must be true or false, got {value!r}")
+    return value
+
+
+def parse_warm_starts(value, where: str) -> str:
+    if value not in WARM_STARTS:
+        raise ConfigError(f"{where}: warm_starts must be one of {', '.join(WARM_STARTS)}, got "
+                          f"{value!r}")
     return value
 
 

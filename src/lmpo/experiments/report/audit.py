@@ -40,7 +40,12 @@ from lmpo.experiments.report.engagement import (
     part_mediators,
     twin_distance,
 )
-from lmpo.experiments.report.looks import look_effects, premise_looks, sequential_looks
+from lmpo.experiments.report.looks import (
+    look_effects,
+    premise_looks,
+    sequential_looks,
+    sequential_record,
+)
 from lmpo.experiments.report.readings import (
     claims_under_rule,
     finished_rows,
@@ -259,70 +264,100 @@ def judge_claims(data: dict) -> list[dict]:
     flats, means, floor = audit_inputs(data)
     prepared = [prepare(claim, data, flats, means, floor)
                 for claim in claims_under_rule(data, flats)]
-    families = family_levels([(p["claim"].get("role", "headline"), p["p"]) for p in prepared])
+    families = family_levels([(family_role(p["claim"], exp), p["p"]) for p in prepared])
     families = [(ALPHA, None, {"family": "premise", "family_size": 1})
                 if p["claim"].get("role") == "premise" else f  # each on its own interval
                 for p, f in zip(prepared, families, strict=True)]
     looks, plooks = sequential_looks(exp, prepared), premise_looks(exp, prepared)
     per_look = {e.pop("at"): e for e in look_effects(exp, prepared)}
     results = []
-    for i, (p, (alpha, p_adj, family)) in enumerate(zip(prepared, families, strict=True)):
-        claim = p["claim"]
-        over_levels = claim_kind(claim["kind"]).over_levels
-        judged = trend_claim(claim) if over_levels else claim
-        a, b, extra = p["a"], p["b"], {}
-        if i in looks:  # the headline family of a sequential design: its looks decide
-            look = looks[i]
-            n = look["n"]
-            a, b = np.asarray(a)[:n], np.asarray(b)[:n]
-            alpha = look["level"]
-            p_adj = min(1.0, claim_p(judged, a, b) * ALPHA / alpha) if n >= 3 else None
-            extra = {"family": "headline (sequential)", "look": look["look"] + 1,
-                     "sequential": look["status"], "family_size": len(looks)}
-            if look.get("held"):
-                extra["held"] = look["held"]
-        elif i in plooks:  # a premise: judged once, at the first look it is decided
-            n, alpha = plooks[i]["n"], plooks[i]["alpha"]
-            a, b = np.asarray(a)[:n], None if b is None else np.asarray(b)[:n]
-            extra = {"look": plooks[i]["look"] + 1}
-        audited = claim.get("role") != "premise"  # a premise reads the setting, not a method
-        result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
-                       not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
-                       p_adj=p_adj, inert=p.get("inert") if audited else None) | family | extra
-        if p.get("twin"):
-            result["twin"] = p["twin"]
-        if i in per_look:
-            result["per_look"] = per_look[i]
-        if claim.get("effect_bound"):
-            result["effect_bound"] = describe_bound(claim["effect_bound"], a, b)
-        if p.get("unmeasured") and audited:
-            result["unmeasured"] = p["unmeasured"]
-        if over_levels:
-            result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
-                       "dose_range": p["dose_range"], "x": claim.get("x")}
-        if p["engine"]:
-            result["verdict"] = f"not logged by {p['engine']}: {claim['metric']}"
-        if p.get("unreached"):
-            result["unreached"] = p["unreached"]
-        named = claim | {"arms": claim.get("base_arms", claim["arms"])}
-        results.append({"claim": describe_claim(named), "sentence": claim["sentence"],
-                        "kind": claim["kind"], "seeds": p["seeds"], "engaged": p["fixed"],
-                        "engagement": p["engagement"], "role": claim.get("role", "headline"),
-                        "level": claim.get("level"), "index": claim.get("index"),
-                        "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
-                        "statistic": claim.get("statistic"), "margin": claim.get("margin"),
-                        **({"split": claim["split"]} if "split" in claim else {}),
-                        **({"reanalysis": True} if claim.get("reanalysis") else {}),
-                        "arms": claim.get("base_arms", claim["arms"])} | result)
-        if claim.get("role") == "premise":
-            state, why = premise_status(results[-1], claim)
-            results[-1] |= {"premise_status": state, "first": results[-1]["verdict"],
-                            "verdict": state, "reason": why or results[-1].get("reason"),
-                            "source": claim["source"], "gates": claim["gates"],
-                            "premise_index": claim["premise_index"]}
+    for i, (p, level) in enumerate(zip(prepared, families, strict=True)):
+        result = judge_one(p, level, looks.get(i), plooks.get(i), per_look.get(i))
+        results.append(named_result(p, result))
     gate(results)
     qualify_splits(results)
     return results
+
+
+def family_role(claim: dict, exp) -> str:
+    """The Holm family a claim's p joins: its role, or, for a claim a re-analysis demoted
+    whose sequential looks still decide it, a family of its own (its looks adjust it)."""
+    if claim.get("role_at_run") == "headline" and exp.design:
+        return "headline (sequential)"
+    return claim.get("role", "headline")
+
+
+def judge_one(p: dict, level: tuple, look: dict | None, plook: dict | None,
+              per_look: dict | None) -> dict:
+    """One prepared claim's label and numbers: at its sequential look where one decides it
+    (a premise at the first look it is decided), else at its family's Holm level."""
+    alpha, p_adj, family = level
+    claim = p["claim"]
+    over_levels = claim_kind(claim["kind"]).over_levels
+    judged = trend_claim(claim) if over_levels else claim
+    a, b, extra = p["a"], p["b"], {}
+    if look is not None:  # the headline family of a sequential design: its looks decide
+        n = look["n"]
+        a, b = np.asarray(a)[:n], np.asarray(b)[:n]
+        alpha = look["level"]
+        p_adj = min(1.0, claim_p(judged, a, b) * ALPHA / alpha) if n >= 3 else None
+        extra = {"family": "headline (sequential)", "look": look["look"] + 1,
+                 "sequential": look["status"], "family_size": look["size"]}
+        if look.get("held"):
+            extra["held"] = look["held"]
+    elif plook is not None:  # a premise: judged once, at the first look it is decided
+        n, alpha = plook["n"], plook["alpha"]
+        a, b = np.asarray(a)[:n], None if b is None else np.asarray(b)[:n]
+        extra = {"look": plook["look"] + 1}
+    audited = claim.get("role") != "premise"  # a premise reads the setting, not a method
+    result = judge(judged, a, b, confounded=p["confounded"] if audited else None,
+                   not_engaged=p["not_engaged"] if audited else None, alpha=alpha,
+                   p_adj=p_adj, inert=p.get("inert") if audited else None) | family | extra
+    optional = {"twin": p.get("twin"), "per_look": per_look,
+                "effect_bound": describe_bound(claim["effect_bound"], a, b)
+                if claim.get("effect_bound") else None,
+                "unmeasured": p.get("unmeasured") if audited else None,
+                "unreached": p.get("unreached")}
+    result |= {k: v for k, v in optional.items() if v}
+    if over_levels:
+        result |= {"levels": p["levels"], "slope_per_dose": p["slope_per_dose"],
+                   "dose_range": p["dose_range"], "x": claim.get("x")}
+    if p["engine"]:
+        result["verdict"] = f"not logged by {p['engine']}: {claim['metric']}"
+    return result
+
+
+def named_result(p: dict, result: dict) -> dict:
+    """The claim's report entry: what it compares, then its result; a premise's status."""
+    claim = p["claim"]
+    named = claim | {"arms": claim.get("base_arms", claim["arms"])}
+    out = {"claim": describe_claim(named), "sentence": claim["sentence"],
+           "kind": claim["kind"], "seeds": p["seeds"], "engaged": p["fixed"],
+           "engagement": p["engagement"], "role": claim.get("role", "headline"),
+           "level": claim.get("level"), "index": claim.get("index"),
+           "metric": claim["metric"], "reduce": claim.get("reduce", "final"),
+           "statistic": claim.get("statistic"), "margin": claim.get("margin"),
+           **({"split": claim["split"]} if "split" in claim else {}),
+           **({"reanalysis": True} if claim.get("reanalysis") else {}),
+           "arms": claim.get("base_arms", claim["arms"])} | result
+    if claim.get("role") == "premise":
+        state, why = premise_status(out, claim)
+        out |= {"premise_status": state, "first": out["verdict"], "verdict": state,
+                "reason": why or out.get("reason"), "source": claim["source"],
+                "gates": claim["gates"], "premise_index": claim["premise_index"]}
+    return out
+
+
+def design_decision(data: dict) -> dict:
+    """What the sequential design says of the runs so far: {looks, claims, stopped,
+    next (the seed count of the next look, or None)}."""
+    exp = data["experiment"]
+    flats, means, floor = audit_inputs(data)
+    claims = [c for c in claims_under_rule(data, flats)
+              if c.get("role_at_run", c.get("role", "headline")) in ("headline", "premise")]
+    record = sequential_record(exp, [prepare(c, data, flats, means, floor) for c in claims])
+    record.pop("by_claim", None)
+    return record
 
 
 QUALIFIED = ("holds", "contradicted", "negligible", "underpowered")

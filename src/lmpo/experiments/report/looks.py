@@ -111,22 +111,8 @@ def sequential_record(exp, prepared: list[dict]) -> dict:
 def sequential_looks(exp, prepared: list[dict]) -> dict[int, dict]:
     """{claim index: its look} for the headline claims of an experiment with sequential
     seeds; {} without."""
-    return sequential_record(exp, prepared).get("by_claim", {})
-
-
-def design_decision(data: dict) -> dict:
-    """What the sequential design says of the runs so far: {looks, claims, stopped,
-    next (the seed count of the next look, or None)}."""
-    from lmpo.experiments.report.audit import audit_inputs, prepare
-    from lmpo.experiments.report.readings import claims_under_rule
-
-    exp = data["experiment"]
-    flats, means, floor = audit_inputs(data)
-    claims = [c for c in claims_under_rule(data, flats)
-              if c.get("role", "headline") in ("headline", "premise")]
-    record = sequential_record(exp, [prepare(c, data, flats, means, floor) for c in claims])
-    record.pop("by_claim", None)
-    return record
+    looks = sequential_record(exp, prepared).get("by_claim", {})
+    return {i: look | {"size": len(looks)} for i, look in looks.items()}
 
 
 def look_effects(exp, prepared: list[dict]) -> list[dict]:

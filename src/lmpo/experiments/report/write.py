@@ -27,6 +27,7 @@ from lmpo.experiments.design.spec import parse_experiment
 from lmpo.experiments.engines.engine_logs import engine_rows
 from lmpo.experiments.report.audit import (
     arm_configs,
+    design_decision,
     effective_table,
     judge_claims,
     seed_values,
@@ -34,7 +35,6 @@ from lmpo.experiments.report.audit import (
 from lmpo.experiments.report.claim_table import claim_lines, fmt, sequential_lines
 from lmpo.experiments.report.diagnostics import method_diagnostics
 from lmpo.experiments.report.engagement import DEFAULT_FLOOR
-from lmpo.experiments.report.looks import design_decision
 from lmpo.experiments.stats.seeds import LEGACY_EFFECTIVE, summarize
 from lmpo.legacy import upgrade_saved
 from lmpo.process_env import cpu_model
@@ -109,8 +109,9 @@ def collect(root: Path) -> dict:
         raise ConfigError(f"{root} is not a `lmpo compare` directory (no experiment.yaml)")
     from lmpo.experiments.report.rejudge import with_reanalysis
 
-    exp = parse_experiment(with_reanalysis(withdraw_sourceless(read_yaml_file(
-        saved, what="saved experiment")), root), root.name, str(saved)).expand()
+    raw = {"warm_starts": "shared"} | read_yaml_file(saved, what="saved experiment")  # before
+    exp = parse_experiment(with_reanalysis(withdraw_sourceless(raw), root), root.name,
+                           str(saved)).expand()
     if exp.design:  # seeds until decided: the looks this directory has started
         from lmpo.experiments.design.sequential import taken_seeds
 
@@ -198,7 +199,17 @@ def setup(data: dict, root: Path) -> dict:
         "engaged_floor": exp.engaged_floor if exp.engaged_floor is not None else DEFAULT_FLOOR,
     } | ({"conditions": {"axis": exp.conditions["axis"], "doses": {
         name: lv["dose"] for name, lv in exp.conditions["levels"].items()}}}
-        if exp.conditions else {})
+        if exp.conditions else {}) | warm_start_storage(exp, root)
+
+
+def warm_start_storage(exp, root: Path) -> dict:
+    """{warm_starts: {mode, pinned, bytes}} of a sweep whose runs start from their own
+    seed's warm start (the folders pinned under `warmstarts/` and their size); {} else."""
+    if exp.warm_starts != "per_seed":
+        return {}
+    folders = [p for p in (root / "warmstarts").glob("*") if p.is_dir()]
+    size = sum(f.stat().st_size for p in folders for f in p.rglob("*") if f.is_file())
+    return {"warm_starts": {"mode": "per_seed", "pinned": len(folders), "bytes": size}}
 
 
 def cell(s: dict | None, n: int | None = None) -> str:
@@ -270,7 +281,10 @@ def markdown(info: dict, table: dict, claims: list[dict], plots: list[str]) -> s
              f"invocation(s) of `lmpo compare` (jobs {info['jobs']}"
              + (f"; {info['interrupted']} interrupted, their time not counted"
                 if info["interrupted"] else "") + f"); {info['train_s']:.0f} s of training "
-             "steps in all", "",
+             "steps in all"] + ([
+                 f"- warm starts: each seed's own SFT draw; {ws['pinned']} pinned in "
+                 f"warmstarts/ ({ws['bytes'] / 2**20:.1f} MiB)"]
+                 if (ws := info.get("warm_starts")) else []) + ["",
              *[x for n in info.get("notes", []) for x in (f"**Note.** {n}", "")]]
     lines += sequential_lines(info.get("sequential") or {})
     lines += claim_lines(claims)

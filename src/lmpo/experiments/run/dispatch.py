@@ -99,9 +99,35 @@ class Dispatch:
     active: dict = field(default_factory=dict)  # run name -> (run, handle)
     retried: dict = field(default_factory=dict)  # run name -> retries so far
 
+    done: dict = field(default_factory=dict)  # run name -> its status once it ended
+
+    def ready(self):
+        """The first queued run whose runs it reads (`after`) have finished; a run whose
+        reference failed fails too, naming it."""
+        for run in list(self.queue):
+            waits = [self.done.get(name, "pending") for name in run.after]
+            if any(state in ("failed", "refused") for state in waits):
+                self.queue.remove(run)
+                run.status = "failed"
+                run.error = f"the run it reads failed: {', '.join(run.after)}"
+                self.done[run.name] = run.status
+                self.say(f"failed {run.name}: {run.error}")
+            elif all(state == "done" for state in waits):
+                return run
+        return None
+
     def start(self, env: dict) -> None:
         while self.queue and self.pool.free():
-            run = self.queue.pop(0)
+            run = self.ready()
+            if run is None:
+                if not self.active:  # nothing runs that they wait for: a cycle
+                    for stuck in self.queue:
+                        stuck.status, stuck.error = "failed", (
+                            f"waits on runs that never start: {', '.join(stuck.after)}")
+                        self.say(f"failed {stuck.name}: {stuck.error}")
+                    self.queue.clear()
+                return
+            self.queue.remove(run)
             run.run_dir.parent.mkdir(parents=True, exist_ok=True)
             handle = self.pool.start(run, env)
             self.active[run.name] = (run, handle)
@@ -124,6 +150,7 @@ class Dispatch:
             ok = not outcome.lost and outcome.code == 0 and finished(run.run_dir,
                                                                       self.exp.steps)
             run.status = "done" if ok else "failed"
+            self.done[run.name] = run.status
             run.error = "" if ok else outcome.lost or \
                 f"exit {outcome.code}: {last_error(run.log)}"
             self.say(f"{run.status} {run.name} ({time.time() - run.started:.0f} s)"
@@ -155,6 +182,7 @@ def execute(exp: Experiment, runs: list, out: Path, pool: Launcher, *,
     env = os.environ | {"PYTHONUNBUFFERED": "1", PINNED_ENV: str((out / WARMSTARTS).absolute())}
     last_rows, shown_at = LastRows(), 0.0
     sweep = Dispatch(exp, pool, start_order(exp, [r for r in runs if r.status == "pending"]),
+                     done={r.name: r.status for r in runs if r.status != "pending"},
                      say=(lambda line: None) if show else
                      (lambda line: console.print(line, highlight=False)))
     try:

@@ -27,7 +27,7 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -63,6 +63,7 @@ class Run:
     error: str = ""
     started: float = 0.0
     engine: str = "lmpo"  # lmpo | trl (lmpo.integrations.trl_run)
+    after: list[str] = field(default_factory=list)  # runs it reads, which must end first
 
     @property
     def name(self) -> str:
@@ -85,6 +86,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
     saved = out / "experiment.yaml"
     if saved.exists():
         before, now = yaml.safe_load(saved.read_text()), exp.to_dict()
+        before.setdefault("warm_starts", "shared")  # saved before per-seed warm starts
         changed = [k for k in RUN_KEYS if before.get(k) != now.get(k)]
         if changed:
             raise ConfigError(f"{out} holds a different experiment ({saved}: {', '.join(changed)} "
@@ -103,6 +105,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
                       out / "runs" / arm.name / f"seed{seed}",
                       out / "logs" / f"{arm.name}-seed{seed}.log", engine=engine)
             cfg = arm_config(flat, arm, seed, threads=threads)
+            run.after = resolve_references(cfg, flat, arm.name, seed, out)
             save_config(cfg, run.config)
             refused = engine_refusals(engine, cfg)
             if refused:
@@ -117,6 +120,30 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
                     run.status = "done"
             runs.append(run)
     return runs
+
+
+REFERENCE = "@"  # a controller hyper-parameter naming another arm's run of the same seed
+
+
+def resolve_references(cfg, flat, arm: str, seed: int, out: Path) -> list[str]:
+    """Point each controller hyper-parameter written `"@ARM"` (random stops tracking an
+    ESPO run: `reference: "@espo"`) at ARM's run of the same seed and level, in place;
+    the names of the runs this one must wait for. A ConfigError for an unknown arm."""
+    from lmpo.experiments.design.conditions import run_arm, split_arm
+
+    names = {a.name for a in flat.arms}
+    after = []
+    for key, value in dict(cfg.controller.hparams or {}).items():
+        if not (isinstance(value, str) and value.startswith(REFERENCE)):
+            continue
+        other = run_arm(value[len(REFERENCE):], split_arm(arm)[1])
+        if other not in names or other == arm:
+            raise ConfigError(f"experiment {flat.name!r}, arm {arm!r}: controller "
+                              f"{key}: {value!r} names no other arm of this level; arms: "
+                              f"{', '.join(sorted(names - {arm}))}")
+        cfg.controller.hparams[key] = str(out / "runs" / other / f"seed{seed}")
+        after.append(f"{other}-seed{seed}")
+    return after
 
 
 def engine_refusals(engine: str, cfg) -> list[str]:
@@ -144,7 +171,7 @@ def next_look(exp: Experiment, out: Path) -> list[int] | None:
     """The seeds of the next look of a sequential design, or None where the headline
     family is decided or `max` is reached (said in one line either way)."""
     from lmpo.experiments.design.sequential import all_seeds
-    from lmpo.experiments.report.looks import design_decision
+    from lmpo.experiments.report.audit import design_decision
     from lmpo.experiments.report.write import collect
 
     decision = design_decision(collect(out))
@@ -161,18 +188,20 @@ def prebuild(runs: list[Run], out: Path | None = None) -> None:
     """Build the warm-start policies (and convert the packaged models) that the pending runs
     start from, once, before any starts: a run would build it on its share of the cores
     while the others wait. With `out`, each warm-start preset is pinned in
-    `out/warmstarts/<name>/` (the first build's copy, kept for every later look and
-    machine: `lmpo.warmstart`). A policy that cannot be resolved is left to its runs, which
-    fail with the error while the other arms go on."""
+    `out/warmstarts/<name>/` (`<name>-seed<k>/` for a seed's own draw; the first build's
+    copy, kept for every later look and machine: `lmpo.warmstart`). A policy that cannot
+    be resolved is left to its runs, which fail with the error while the other arms go
+    on."""
     from lmpo.warmstart import is_preset, pin, resolve_policy
 
     pending = [r for r in runs if r.status == "pending"]
-    for policy in dict.fromkeys(yaml.safe_load(r.config.read_text())["policy"] for r in pending):
+    configs = [yaml.safe_load(r.config.read_text()) for r in pending]
+    for policy, seed in dict.fromkeys((c["policy"], c.get("policy_seed")) for c in configs):
         try:
             if out is not None and is_preset(policy):
-                pin(policy, out / WARMSTARTS)
+                pin(policy, out / WARMSTARTS, seed)
             else:
-                resolve_policy(policy)
+                resolve_policy(policy, seed=seed)
         except LmpoError:
             continue
 

@@ -76,7 +76,10 @@ class RandomStop(StopAccounting):
         if not 0 < hazard < 1:
             raise ValueError(f"hazard must be in (0, 1), got {hazard}")
         self.savings_target, self.reference = savings, reference
-        self.curve = reference_tokens(reference) if reference is not None else None
+        # "@ARM": an experiment's arm, which `lmpo compare` points at its run of the same
+        # seed (lmpo.experiments.run.sweep); read once it is a run directory
+        self.curve = reference_tokens(reference) if reference is not None and \
+            not reference.startswith("@") else None
         self.hazard, self.gain = hazard, gain
         self.reference_gap = 0.0
         self.gen = torch.Generator().manual_seed(seed)
@@ -90,8 +93,12 @@ class RandomStop(StopAccounting):
 
     def target_tokens(self, step: int) -> float:
         """Cumulative tokens this run should have generated after `step`."""
-        if self.curve is None:
+        if self.savings_target is not None:
             return (1 - self.savings_target) * (self.tokens_cum + self.extra_cum)
+        if self.curve is None:
+            raise ValueError(f"reference {self.reference!r} names an experiment's arm: "
+                             "`lmpo compare` points it at that arm's run of the same seed; "
+                             "`lmpo train` needs the reference run's directory")
         if step <= len(self.curve):
             return self.curve[step - 1]
         rate = self.curve[-1] / len(self.curve)
