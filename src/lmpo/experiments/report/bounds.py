@@ -10,7 +10,8 @@ comparator's), so the bound never reads the claim's own numbers:
   run's first k rows (k = the claim's k, default 20).
 
 Without such a premise arm the comparator's own seeds give the gain (said in the bound's
-`seeds`). Another bound only with a cited reason in the file (`bound_source:`): the
+`seeds`). With seeds until decided, the first look's seeds give it, so the bound is fixed
+before any later look and the design's negligible stops read one bound throughout. Another bound only with a cited reason in the file (`bound_source:`): the
 declared number is kept and the rule's shown beside it. A claim on a ratio (its bound is
 already a share), a threshold, spread or trend claim keeps its declared bound.
 
@@ -86,7 +87,12 @@ def apply_rule(claim: dict, data: dict, flats: dict, read) -> dict:
     if key is None:
         return claim
     ref, seeds = reference_arm(data, claim["arms"][1], flats)
-    gains = seed_gains(data, claim, ref, read(claim, ref))
+    readings = read(claim, ref)
+    exp = data["experiment"]
+    if exp.design:  # fixed at the first look: later seeds never move the bound
+        first = set(exp.seeds[:exp.design["start"]])
+        readings = {s: v for s, v in readings.items() if s in first}
+    gains = seed_gains(data, claim, ref, readings)
     gain = float(np.mean(gains)) if gains else math.nan
     rule = SHARE * abs(gain)
     declared = claim.get(key)
