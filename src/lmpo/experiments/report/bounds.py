@@ -11,9 +11,12 @@ comparator's), so the bound never reads the claim's own numbers:
 
 Without such a premise arm the comparator's own seeds give the gain (said in the bound's
 `seeds`). With seeds until decided, the first look's seeds give it, so the bound is fixed
-before any later look and the design's negligible stops read one bound throughout. Another bound only with a cited reason in the file (`bound_source:`): the
-declared number is kept and the rule's shown beside it. A claim on a ratio (its bound is
-already a share), a threshold, spread or trend claim keeps its declared bound.
+before any later look and the design's negligible stops read one bound throughout. The
+gain's magnitude counts: a comparator that loses sets the bound as one that gains.
+
+Another bound only with a cited reason in the file (`bound_source:`): the declared number
+is kept and the rule's shown beside it. A claim on a ratio (its bound is already a share),
+a threshold, spread or trend claim keeps its declared bound.
 
 The report prints each bound in the metric's units, as a multiple of the paired
 differences' SD and as a share of the reference gain (`describe`).
@@ -35,9 +38,9 @@ def bound_key(claim: dict) -> str | None:
     """The claim's key the rule sets (min_effect, margin), or None: the rule does not apply
     (a premise, a ratio, a threshold, spread or trend claim)."""
     kind = claim_kind(claim["kind"])
+    sized = kind.negligible_band or kind.bound_key == "margin"  # direction, equivalence
     if claim.get("role") == "premise" or kind.over_levels or len(claim["arms"]) != 2 \
-            or claim.get("statistic") == "ratio" or not kind.negligible_band and \
-            kind.bound_key != "margin":
+            or claim.get("statistic") == "ratio" or not sized:
         return None
     return kind.bound_key
 
@@ -99,13 +102,13 @@ def apply_rule(claim: dict, data: dict, flats: dict, read) -> dict:
     info = {"key": key, "declared": declared, "reference": ref, "seeds": seeds,
             "ref_gain": gain, "n": len(gains), "rule_value": rule}
     if claim.get("bound_source"):
-        return claim | {"effect_bound": info | {"value": declared, "rule": "declared: " +
-                                         claim["bound_source"]}}
-    if not gains or not rule > 0:
-        return claim | {"effect_bound": info | {"value": declared, "rule": "declared (no reference "
-                                         "gain to apply the rule to)"}}
-    return claim | {key: rule, "effect_bound": info | {"value": rule, "rule": (
-        f"{100 * SHARE:g}% of the comparator's gain over its warm start")}}
+        why = "declared: " + claim["bound_source"]
+    elif not gains or not rule > 0:
+        why = "declared (no reference gain to apply the rule to)"
+    else:
+        why = f"{100 * SHARE:g}% of the comparator's gain over its warm start"
+        return claim | {key: rule, "effect_bound": info | {"value": rule, "rule": why}}
+    return claim | {"effect_bound": info | {"value": declared, "rule": why}}
 
 
 def describe(bound: dict, a, b) -> dict:
