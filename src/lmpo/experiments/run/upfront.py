@@ -161,12 +161,7 @@ def check_decomposition(flat, configs: dict) -> None:
                 f"ablated twin as an arm ({method} with only the mechanism removed) and name "
                 "it in the claim's `twin:`, so the effect splits into the mechanism's part "
                 "and the shared part")
-        t = next((c["arms"][0] for c in flat.claims if c.get("split") == "shared"
-                  and c["index"] == claim["index"] and c.get("level") == claim.get("level")),
-                 None)
-        if t is None:
-            raise ConfigError(f"{where}: twin {claim['twin']!r} does not run at "
-                              f"{claim.get('level')}, where the claim is judged (its `levels`)")
+        t = split_arm_of(flat, claim, "shared", "twin", where)
         wrong = differences(twin, configs[t])
         if wrong:
             raise ConfigError(f"{where}: twin {claim['twin']!r} is not {method} with only its "
@@ -174,6 +169,19 @@ def check_decomposition(flat, configs: dict) -> None:
 
 
 ANCHOR = "old_logp"  # rollout.old_logp: which log-probs anchor the ratio
+
+
+def split_arm_of(flat, claim: dict, part: str, key: str, where: str) -> str:
+    """The first arm of the claim's `part` split row at its level (the twin's or the
+    anchor-matched arm, named by the claim's `key`); a ConfigError where that arm does not
+    run at the claim's level."""
+    arm = next((c["arms"][0] for c in flat.claims if c.get("split") == part
+                and c["index"] == claim["index"] and c.get("level") == claim.get("level")),
+               None)
+    if arm is None:
+        raise ConfigError(f"{where}: {key} {claim[key]!r} does not run at "
+                          f"{claim.get('level')}, where the claim is judged (its `levels`)")
+    return arm
 
 
 def check_anchor(flat, claim: dict, configs: dict) -> None:
@@ -192,11 +200,7 @@ def check_anchor(flat, claim: dict, configs: dict) -> None:
             f"{mine} vs {theirs}); add {method} with rollout.old_logp: {theirs} as an arm "
             "and name it in the claim's `anchor:`, so the effect splits into the anchor's "
             "part and the matched part")
-    r = next((c["arms"][0] for c in flat.claims if c.get("split") == "matched"
-              and c["index"] == claim["index"] and c.get("level") == claim.get("level")), None)
-    if r is None:
-        raise ConfigError(f"{where}: anchor {claim['anchor']!r} does not run at "
-                          f"{claim.get('level')}, where the claim is judged (its `levels`)")
+    r = split_arm_of(flat, claim, "matched", "anchor", where)
     wrong = [k for k in differences(configs[m], configs[r]) if k != f"rollout.{ANCHOR}"]
     if configs[r].rollout.old_logp != theirs or wrong:
         what = ", ".join(wrong) or f"rollout.old_logp {configs[r].rollout.old_logp}"
