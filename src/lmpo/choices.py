@@ -13,6 +13,7 @@ SCORER_ERRORS = ("raise", "zero")
 PROMPT_FORMATS = ("auto", "raw", "chat")
 DEVICES = ("auto", "cpu", "cuda")
 CRITIC_INITS = ("zero", "random")
+EVAL_STREAMS = ("per_problem", "shared")  # a sampling stream per held-out problem, or one
 
 
 def one_of(choices: tuple[str, ...]) -> str:

@@ -3,8 +3,14 @@
 `accuracy` is the share of completions that are exactly correct
 (`Task.is_correct`); `reward` is the mean task score, which may be partial
 credit. Decoding is greedy (temperature 0) or sampled: at temperature > 0 each
-problem gets `samples` completions from a fixed generator and accuracy is their
-mean (pass@1 estimated from k samples, "mean@k", as DAPO and CE-GPPO report).
+problem gets `samples` completions and accuracy is their mean (pass@1 estimated from k
+samples, "mean@k", as DAPO and CE-GPPO report). Sample j of a problem draws from a
+stream of its own, seeded by the problem's identity and j (`stream="per_problem"`,
+`lmpo.rollout.streams`): whatever the order, batch size or policy, and so with common
+random numbers across arms and seeds; `stream="shared"` is the one fixed generator for the
+whole set that lmpo used before (a problem's draws then depend on the batch).
+The result keeps, per problem and sample, the correctness (and the reward where it is
+partial credit): `records`, which the reports' variance components read.
 Means are over tiers (each tier weighs the same, whatever its held-out size).
 Tiers the run trained on are marked, and accuracy is also reported over the
 trained tiers and over the others, so forgetting shows.
@@ -20,6 +26,7 @@ from lmpo import eval_cache
 from lmpo.rewards import Reward
 from lmpo.rollout import sample
 from lmpo.rollout.sampler import sampling_mode
+from lmpo.rollout.streams import STREAMS, RowStreams, problem_id, row_seed
 from lmpo.tasks.base import Problem
 
 EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
@@ -46,13 +53,45 @@ def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
     responses = []
     with sampling_mode(model):
         for start in range(0, len(prompts), batch_size):
+            part = generator.part(start, start + batch_size) \
+                if isinstance(generator, RowStreams) else generator
             r = sample(model, prompts[start:start + batch_size], max_new_tokens=max_new_tokens,
                        temperature=temperature, eos_token_id=eos,
-                       pad_token_id=tokenizer.pad_token_id, generator=generator)
+                       pad_token_id=tokenizer.pad_token_id, generator=part)
             responses += [r.response_ids[i, :int(n)].tolist() for i, n in enumerate(r.lengths)]
     if key is not None:
         eval_cache.store(key, responses)
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in responses]
+
+
+def streams_for(problems: list[Problem], samples: int, temperature: float, stream: str):
+    """(the generator of a sampled evaluation of `problems` x `samples`, what the cache
+    keys it by)."""
+    if stream not in STREAMS:
+        raise ValueError(f"unknown evaluation stream {stream!r}; valid: {', '.join(STREAMS)}")
+    if temperature == 0:
+        return None, {"seed": EVAL_SAMPLE_SEED}
+    if stream == "shared":
+        return torch.Generator().manual_seed(EVAL_SAMPLE_SEED), {"seed": EVAL_SAMPLE_SEED}
+    ids = [problem_id(p.prompt, p.answer, p.cluster) for p in problems]
+    seeds = [row_seed(EVAL_SAMPLE_SEED, ident, j) for ident in ids for j in range(samples)]
+    return RowStreams(seeds), {"seed": EVAL_SAMPLE_SEED, "stream": stream}
+
+
+def sample_records(problems: list[Problem], samples: int, correct, scores) -> dict:
+    """Per problem (in held-out order) and sample: correct as a '0'/'1' string, and the
+    reward where any differs from the correctness (partial credit or unscored)."""
+    k = samples
+    records = {"samples": k,
+               "problems": [problem_id(p.prompt, p.answer, p.cluster) for p in problems],
+               "tiers": [p.cluster for p in problems],
+               "correct": ["".join("1" if ok else "0" for ok in correct[i * k:(i + 1) * k])
+                           for i in range(len(problems))]}
+    if any(s is None or float(s) != float(bool(ok)) for s, ok in zip(scores, correct,
+                                                                       strict=True)):
+        records["reward"] = [[None if s is None else round(float(s), 6)
+                              for s in scores[i * k:(i + 1) * k]] for i in range(len(problems))]
+    return records
 
 
 def _mean(values) -> float | None:
@@ -80,7 +119,8 @@ def summarise(per_tier: dict[str, dict]) -> dict:
 def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens: int,
              trained_tiers: list[str] | None = None, temperature: float = 0.0,
              samples: int = 1, batch_size: int = 256, reward: Reward | None = None,
-             encode=None, eos_ids: list[int] | None = None, cache: bool = False) -> dict:
+             encode=None, eos_ids: list[int] | None = None, cache: bool = False,
+             stream: str = "per_problem") -> dict:
     """Completions of `problems`, scored per tier (see the module docstring).
 
     `trained_tiers` None means every tier was trained on. `samples` > 1 needs a
@@ -88,16 +128,17 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     (default: the task's scorer); a score of None counts as not correct and is left out
     of the reward mean. With `cache`, the completions come from the evaluation cache when
     every input is the same (`lmpo.eval_cache`): the same texts, so the same result.
+    `stream`: per_problem | shared (see the module docstring).
     """
     if samples < 1 or (samples > 1 and temperature == 0):
         raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
                          f"temperature {temperature}")
+    generator, drawn_by = streams_for(problems, samples, temperature, stream)
+    held = problems
     problems = [p for p in problems for _ in range(samples)]
-    generator = torch.Generator().manual_seed(EVAL_SAMPLE_SEED) if temperature > 0 else None
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, temperature=temperature, generator=generator,
-                     encode=encode, eos_ids=eos_ids,
-                     cache_as={"seed": EVAL_SAMPLE_SEED} if cache else None)
+                     encode=encode, eos_ids=eos_ids, cache_as=drawn_by if cache else None)
     scores, correct = (reward or Reward("task", task)).score(problems, texts,
                                                              where="held-out problem")
     hits: dict[str, list[float]] = {tier: [] for tier in task.clusters}
@@ -110,7 +151,10 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     per_tier = {tier: {"accuracy": _mean(hits[tier]), "reward": _mean(rewards.get(tier, [])),
                        "n": len(hits[tier]) // samples, "trained": tier in trained}
                 for tier in hits}  # a tier with no held-out problem has None, not 0
-    return summarise(per_tier) | {"decoding": decoding_name(temperature, samples)}
+    return summarise(per_tier) | {
+        "decoding": decoding_name(temperature, samples),
+        "stream": stream if temperature > 0 else "greedy",
+        "records": sample_records(held, samples, correct, scores)}
 
 
 def decoding_name(temperature: float, samples: int) -> str:
@@ -138,7 +182,8 @@ def result_from_row(row: dict, before: dict) -> dict:
                        "reward": row.get(f"eval/reward/{tier}", math.nan if v["n"] else None),
                        "n": v["n"], "trained": v["trained"]}
                 for tier, v in before["per_tier"].items()}
-    return summarise(per_tier) | {"decoding": before.get("decoding", "greedy")}
+    return summarise(per_tier) | {"decoding": before.get("decoding", "greedy")} | (
+        {"stream": before["stream"]} if "stream" in before else {})
 
 
 def _pct(x: float | None) -> str:

@@ -44,6 +44,9 @@ def upgrade_saved(data: dict) -> dict:
             | dict(advantage.get("hparams") or {})
         data["advantage"] = advantage
     log = dict(data.get("log") or {})
+    if log and "eval_stream" not in log:  # saved before per-problem evaluation streams
+        log["eval_stream"] = "shared"
+        data["log"] = log
     if "or_alpha" in log:
         alpha = log.pop("or_alpha")
         if alpha is not None:

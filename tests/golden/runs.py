@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 TINY = ["steps=3", "rollout.batch_size=16", "rollout.max_new_tokens=8", "rollout.pool_size=64",
         "optim.minibatches=2", "log.eval_per_tier=4", "log.eval_every=3",
         "log.tensorboard=false", "log.eval_max_new_tokens=6", "log.policy_kl_every=2",
-        "threads=1"]
+        "threads=1", "log.eval_stream=shared"]  # the stream the rows were written with
 RUNS = {
     "ppo_gae": ("ppo_clip", []),
     "grpo_correction": ("grpo", ["rollout.dtype=bfloat16", "rollout.correction={kind: tis}",

@@ -113,7 +113,7 @@ def run(cfg, run_dir: Path, *, resume: bool = False) -> dict:
                         max_new_tokens=cfg.log.eval_max_new_tokens,
                         trained_tiers=cfg.rollout.clusters, temperature=cfg.log.eval_temperature,
                         samples=cfg.log.eval_samples, reward=rt.reward, encode=rt.encode,
-                        eos_ids=rt.stop_ids)
+                        eos_ids=rt.stop_ids, stream=cfg.log.eval_stream)
 
     def reward(prompts, completions, lmpo_index, **kwargs):
         scores, _ = rt.reward.score([pool[i] for i in lmpo_index], completions,

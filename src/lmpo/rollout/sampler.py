@@ -16,6 +16,7 @@ import torch
 from lmpo.masked import position_ids
 from lmpo.models.forward import cached_forward
 from lmpo.rollout import fast_llama
+from lmpo.rollout.streams import RowStreams
 from lmpo.rollout.types import Rollout
 
 
@@ -66,16 +67,19 @@ def select_rows(index: torch.Tensor, decoder, cache, value_fn) -> None:
         value_fn.select(index)
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None,
+         uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row from the categorical `probs` [B, V], by inverse CDF: one uniform
     per row against the row's cumulative sum (float64, so the tail is exact to ~1e-16).
 
     `torch.multinomial` draws an exponential variate for every vocabulary entry instead;
     with an explicit generator that runs single-threaded, 65 ms a step for 64 rows of a
     49k vocabulary, a fifth of SmolLM2's sampling time. The uniforms come from `generator`
-    on the CPU, whatever device the probabilities are on."""
+    on the CPU, whatever device the probabilities are on; `uniforms` [B, 1] (float64) gives
+    them instead (each row's own stream: `lmpo.rollout.streams`)."""
     cdf = probs.double().cumsum_(-1)
-    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64)
+    u = uniforms if uniforms is not None else \
+        torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64)
     u = u.to(probs.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
@@ -178,14 +182,15 @@ class _Decoding:
         self.next_pos = next_pos + 1
 
 
-def _choose(logits: torch.Tensor, temperature: float, generator, record_regret: bool):
+def _choose(logits: torch.Tensor, temperature: float, generator, record_regret: bool,
+            uniforms: torch.Tensor | None = None):
     """(token [B], its log-prob [B], regret [B] or None, the distribution's entropy [B])
     from the step's logits, at the sampling temperature."""
     logits = logits.float()
     if temperature > 0:
         logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
         probs = logprobs.exp()
-        token = draw(probs, generator)
+        token = draw(probs, generator, uniforms)
     else:
         logprobs = torch.log_softmax(logits, dim=-1)
         probs = logprobs.exp()
@@ -214,10 +219,21 @@ def _finish(dec: _Decoding, out: _Written, t: int, token_c, rows_c, live, regret
         dec.n_alive -= len(finished)
 
 
+def row_streams(generator, rows: int, width: int):
+    """(the row streams, None) where `generator` is a `RowStreams` (prepared for `width`
+    steps), else (None, generator)."""
+    if not isinstance(generator, RowStreams):
+        return None, generator
+    if len(generator) != rows:
+        raise ValueError(f"{len(generator)} row streams for {rows} prompts")
+    generator.prepare(width)
+    return generator, None
+
+
 @torch.no_grad()  # not inference_mode: the outputs feed autograd-tracked losses
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
            eos_token_id: int | Sequence[int], pad_token_id: int,
-           generator: torch.Generator | None = None, value_fn=None, stopper=None,
+           generator: torch.Generator | RowStreams | None = None, value_fn=None, stopper=None,
            record_regret: bool = True, compact_frac: float = 0.25, fast: bool = True,
            share_prompts: bool = True) -> Rollout:
     """Sample up to `max_new_tokens` tokens after each prompt.
@@ -232,6 +248,7 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     `eos_token_id` may list several ids (chat models end a turn with a token of their own).
     `share_prompts` runs the prompt pass once per distinct prompt and copies its KV cache
     to every row that repeats it (a GRPO group): same log-probs, G times less prefill.
+    `generator` may be a `RowStreams` (one stream per row: common random numbers).
     """
     if stopper is not None and not record_regret:
         raise ValueError("a rollout controller needs the regret: record_regret must be True")
@@ -248,9 +265,11 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
                     share_prompts=share_prompts)
     if stopper is not None:
         stopper.begin_batch(len(prompts))
+    streams, generator = row_streams(generator, len(prompts), max_new_tokens)
     for t in range(max_new_tokens):
+        u = streams.at(dec.rows, t) if streams is not None and temperature > 0 else None
         token, chosen, regret, entropy = _choose(dec.logits, temperature, generator,
-                                                 record_regret)
+                                                 record_regret, u)
         token_c, chosen_c, entropy_c = token.cpu(), chosen.cpu(), entropy.cpu()
         vals = dec.values.float().cpu() if dec.values is not None else None
         live, rows_c = None, dec.rows  # live: None while every batch row is generating

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lmpo.choices import EVAL_STREAMS, one_of
 from lmpo.domains import dom
 from lmpo.legacy import replaced
 
@@ -21,6 +22,11 @@ class LogConfig:
     eval_temperature: float = dom(0.0, "[0, inf)")
     """0 = greedy; > 0 samples `eval_samples` completions per problem (accuracy = mean@k)."""
     eval_samples: int = dom(1, "int [1, inf)")
+    eval_stream: str = dom("per_problem", one_of(EVAL_STREAMS))
+    """Sampled evaluation only: per_problem (each held-out problem's sample j draws from a
+    stream of its own, so arms and seeds sample a problem with common random numbers,
+    whatever the batch) | shared (one stream for the whole set, as earlier lmpo did: a
+    saved run config without this key ran with it). `lmpo.evaluate`."""
     checkpoint_every: int = dom(10, "int [1, inf)")
     keep_checkpoints: int = 2
     entropy_head_tokens: int = dom(0, "int [0, inf)")

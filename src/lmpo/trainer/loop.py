@@ -59,8 +59,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             # ======================================================== evaluation
             if step % cfg.log.eval_every == 0 or step == cfg.steps:
                 started = time.perf_counter()
-                row |= metrics_row(run.evaluate())
+                result = run.evaluate()
+                row |= metrics_row(result)
                 row["time/eval"] = time.perf_counter() - started
+                if step == cfg.steps:  # the final policy's per-sample records: eval.json
+                    state.final = result["records"]
             # ======================================================== log
             crash_point("before_row", step)
             check_lease(run.dir)  # a run moved to another machine has one writer
@@ -89,7 +92,9 @@ def finish(cfg: TrainConfig, run: Run) -> dict:
     rows = read_rows(run.metrics_path)
     final = rows[-1] if rows else {}
     before = run.state.before
-    summary = {"before": before, "after": result_from_row(final, before), "steps": cfg.steps,
+    after = result_from_row(final, before) | (
+        {"records": run.state.final} if run.state.final else {})
+    summary = {"before": before, "after": after, "steps": cfg.steps,
                "heldout": {k: vars(c) for k, c in run.heldout.counts.items()}}
     write_text(run.dir / "eval.json", json.dumps(summary, indent=2) + "\n")
     return summary

@@ -78,7 +78,8 @@ class Run:
                         max_new_tokens=cfg.log.eval_max_new_tokens,
                         trained_tiers=cfg.rollout.clusters,
                         temperature=cfg.log.eval_temperature, samples=cfg.log.eval_samples,
-                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids, cache=cache)
+                        reward=rt.reward, encode=rt.encode, eos_ids=rt.stop_ids, cache=cache,
+                        stream=cfg.log.eval_stream)
 
     def log_scalars(self, row: dict, step: int) -> None:
         if self.tracker:

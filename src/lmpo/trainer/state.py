@@ -54,6 +54,7 @@ class RunState:
     counters: Counters = field(default_factory=Counters)
     step: int = 0
     before: dict | None = None  # the evaluation before training
+    final: dict | None = None  # the per-sample records of the last step's evaluation
 
     @classmethod
     def parts(cls) -> tuple[str, ...]:
@@ -63,7 +64,8 @@ class RunState:
     def state_dict(self) -> dict:
         parts = {name: getattr(self, name) for name in self.parts()}
         return {
-            "step": self.step, "before": self.before, "counters": asdict(self.counters),
+            "step": self.step, "before": self.before, "final": self.final,
+            "counters": asdict(self.counters),
             "rngs": {k: g.get_state() for k, g in self.rngs.items()},
             "torch_rng": torch.get_rng_state(),
             **{name: None if part is None else part.state_dict() for name, part in parts.items()},
@@ -72,6 +74,7 @@ class RunState:
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.before = state["step"], state["before"]
+        self.final = state.get("final")  # older checkpoints have none
         self.counters = Counters(**state["counters"])
         for name in self.parts():
             part, saved = getattr(self, name), state.get(name)  # older checkpoints lack parts
