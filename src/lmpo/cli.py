@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lmpo import __version__
 from lmpo.atomic import write_text
+from lmpo.choices import EVAL_STREAMS
 from lmpo.cli_experiments import add_experiment_parsers, cmd_compare, cmd_report
 from lmpo.errors import ConfigError, Interrupted, LmpoError, on_sigterm
 from lmpo.extras import missing_extra
@@ -65,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--temperature", type=float,
                     help="0 = greedy (default; a run uses its own log.eval_temperature)")
     ev.add_argument("--samples", type=int, help="completions per problem at temperature > 0")
+    ev.add_argument("--stream", choices=EVAL_STREAMS,
+                    help="sampling stream: per_problem (default; a run uses its own "
+                         "log.eval_stream) or shared, the one stream earlier lmpo used")
     ev.add_argument("--reward", help="reward.fn for --model: task (default), exact, "
                                      "last_number, math_verify or file.py:function")
     ev.add_argument("--prompt-format", choices=("auto", "raw", "chat"),
@@ -320,7 +324,8 @@ def cmd_eval(args) -> int:
     print(f"held-out set ({task_name}): {heldout.describe()}")
     result = evaluate(model, tokenizer, task, heldout.problems, max_new_tokens=max_new,
                       trained_tiers=trained, temperature=temp, samples=samples, reward=reward,
-                      encode=encode, eos_ids=stop_token_ids(model, tokenizer))
+                      encode=encode, eos_ids=stop_token_ids(model, tokenizer),
+                      stream=args.stream or cfg.log.eval_stream)
     Console().print(accuracy_table({"model": result}, title=f"{model_dir} on {task_name}"))
     out = Path(args.json) if args.json else Path(args.run) / "eval_cli.json" if args.run \
         else None  # a user's model folder is theirs: written only where asked

@@ -23,10 +23,11 @@ import math
 import torch
 
 from lmpo import eval_cache
+from lmpo.choices import EVAL_STREAMS
 from lmpo.rewards import Reward
 from lmpo.rollout import sample
 from lmpo.rollout.sampler import sampling_mode
-from lmpo.rollout.streams import STREAMS, RowStreams, problem_id, row_seed
+from lmpo.rollout.streams import RowStreams, problem_id, row_seed
 from lmpo.tasks.base import Problem
 
 EVAL_SAMPLE_SEED = 7_777  # sampled evaluation draws from its own fixed stream
@@ -64,18 +65,19 @@ def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in responses]
 
 
-def streams_for(problems: list[Problem], samples: int, temperature: float, stream: str):
+def streams_for(problems: list[Problem], samples: int, temperature: float, stream: str,
+                seed: int = EVAL_SAMPLE_SEED):
     """(the generator of a sampled evaluation of `problems` x `samples`, what the cache
-    keys it by)."""
-    if stream not in STREAMS:
-        raise ValueError(f"unknown evaluation stream {stream!r}; valid: {', '.join(STREAMS)}")
+    keys it by); `seed` seeds the shared stream, or every problem's with its identity."""
+    if stream not in EVAL_STREAMS:
+        raise ValueError(f"unknown evaluation stream {stream!r}; valid: {', '.join(EVAL_STREAMS)}")
     if temperature == 0:
-        return None, {"seed": EVAL_SAMPLE_SEED}
+        return None, {"seed": seed}
     if stream == "shared":
-        return torch.Generator().manual_seed(EVAL_SAMPLE_SEED), {"seed": EVAL_SAMPLE_SEED}
+        return torch.Generator().manual_seed(seed), {"seed": seed}
     ids = [problem_id(p.prompt, p.answer, p.cluster) for p in problems]
-    seeds = [row_seed(EVAL_SAMPLE_SEED, ident, j) for ident in ids for j in range(samples)]
-    return RowStreams(seeds), {"seed": EVAL_SAMPLE_SEED, "stream": stream}
+    seeds = [row_seed(seed, ident, j) for ident in ids for j in range(samples)]
+    return RowStreams(seeds), {"seed": seed, "stream": stream}
 
 
 def sample_records(problems: list[Problem], samples: int, correct, scores) -> dict:
@@ -120,7 +122,7 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
              trained_tiers: list[str] | None = None, temperature: float = 0.0,
              samples: int = 1, batch_size: int = 256, reward: Reward | None = None,
              encode=None, eos_ids: list[int] | None = None, cache: bool = False,
-             stream: str = "per_problem") -> dict:
+             stream: str = "per_problem", stream_seed: int = EVAL_SAMPLE_SEED) -> dict:
     """Completions of `problems`, scored per tier (see the module docstring).
 
     `trained_tiers` None means every tier was trained on. `samples` > 1 needs a
@@ -128,12 +130,13 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     (default: the task's scorer); a score of None counts as not correct and is left out
     of the reward mean. With `cache`, the completions come from the evaluation cache when
     every input is the same (`lmpo.eval_cache`): the same texts, so the same result.
-    `stream`: per_problem | shared (see the module docstring).
+    `stream`: per_problem | shared (see the module docstring), seeded by `stream_seed`
+    (another seed: an independent replicate of the same evaluation).
     """
     if samples < 1 or (samples > 1 and temperature == 0):
         raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
                          f"temperature {temperature}")
-    generator, drawn_by = streams_for(problems, samples, temperature, stream)
+    generator, drawn_by = streams_for(problems, samples, temperature, stream, stream_seed)
     held = problems
     problems = [p for p in problems for _ in range(samples)]
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 
 import torch
 
-from lmpo.choices import EVAL_STREAMS as STREAMS  # log.eval_stream's values
-
 
 def problem_id(prompt: str, answer: str, cluster: str) -> str:
     """A problem's identity: 16 hex digits of a SHA-256 over its prompt, answer and tier."""
