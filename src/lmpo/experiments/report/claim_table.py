@@ -142,7 +142,9 @@ def card(i: int, c: dict) -> list[str]:
     return [f"### {i}. {claim_cell(c)}", "", f"> {sentence}", "",
             f"- **verdict**: {shown_verdict(c)}",
             f"- effect: {effect_text(c)} (95%, n = {c['n']}{better}{left})",
-            f"- test: {test_line(c)}", f"- power: {power}",
+            f"- test: {test_line(c)}"] + (
+        [f"- exact: {exact_text(c['exact'])}"] if c.get("exact") else []) + [
+            f"- power: {power}",
             f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}"] + (
         [f"- the method's twin ({c['twin'].get('comparator', 'not measured')}): "
          f"{shown_engagement({'engagement': c['twin']})}"] if c.get("twin") else []) + (
@@ -152,6 +154,15 @@ def card(i: int, c: dict) -> list[str]:
             if "update_norm" in c["unmeasured"] else "")] if c.get("unmeasured") else []) + (
         [f"- held open at look {c['look']}: {c['held']}"] if c.get("held") else []) + (
         [f"- per look (descriptive): {per_look_text(c)}"] if c.get("per_look") else []) + [""]
+
+
+def exact_text(e: dict) -> str:
+    """The exact tests beside the t (lmpo.experiments.stats.exact)."""
+    flag = (f" — **disagrees with the t-based label** at its level {e['alpha']:.4g}"
+            if e["disagrees"] else "" if e["attainable"]
+            else f" (cannot reach the label's level {e['alpha']:.4g} at this n)")
+    return (f"sign-flip p {pval(e['sign_flip_p'])}, Wilcoxon signed-rank p "
+            f"{pval(e['wilcoxon_p'])}; the smallest attainable {pval(e['min_p'])}{flag}")
 
 
 def per_look_text(c: dict) -> str:

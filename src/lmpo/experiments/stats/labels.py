@@ -18,6 +18,9 @@
    the labelling level exceeds min_effect (with the unadjusted interval where that one
    excludes the null);
 7. the weak label: "direction only", "inconclusive", "not met", "not shown".
+
+Beside the t, a direction claim carries the exact sign-flip and signed-rank p values
+(`lmpo.experiments.stats.exact`), which flag a disagreement but never change the label.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import math
 
 import numpy as np
 
+from lmpo.experiments.stats.exact import exact_check
 from lmpo.experiments.stats.kinds import claim_kind
 from lmpo.experiments.stats.seeds import ALPHA, MIN_SEEDS, WEAK
 
@@ -68,6 +72,8 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
     out |= {"effect": point, "ci": [lo, hi], "ci_holm": [hlo, hhi], "holm_level": level,
             "alpha": alpha, "method": method, "mde": m, "p": p, "p_adj": p_adj,
             "p_improve": kind.improvement(a, b)}
+    if kind.exact_tests:  # beside the t: exact at these seed counts (stats.exact)
+        out["exact"] = exact_check(kind.centered(claim, a, b), p_adj <= ALPHA, alpha)
     if inert:  # the method's own mechanism did not move the update: whatever the effect
         return out | {"verdict": "mechanism inert", "reason": inert, "first": base}
     if confounded:

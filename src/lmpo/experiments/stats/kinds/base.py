@@ -59,6 +59,7 @@ class ClaimKind:
     over_levels = False  # judged over the condition levels (a trend), not at a level
     judged_kind = ""  # the kind its label is judged as (itself unless it says otherwise)
     min_points = 1  # seeds needed for a point estimate
+    exact_tests = False  # its card adds the sign-flip and signed-rank p (stats.exact)
 
     def __init__(self) -> None:
         self.judged_kind = self.judged_kind or self.name

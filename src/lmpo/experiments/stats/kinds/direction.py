@@ -23,6 +23,7 @@ class Direction(ClaimKind):
     needs = frozenset({"expect"})
     reads_p = True
     negligible_band = True
+    exact_tests = True
 
     def arm_counts(self, claim: dict) -> tuple[int, ...]:
         return (2, 4)
