@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from lmpo.experiments.report.components import variance_text
 from lmpo.experiments.report.units import amount, value_ci
 from lmpo.experiments.stats.kinds import claim_kind
 
@@ -144,7 +145,8 @@ def card(i: int, c: dict) -> list[str]:
             f"- effect: {effect_text(c)} (95%, n = {c['n']}{better}{left})",
             f"- test: {test_line(c)}"] + (
         [f"- exact: {exact_text(c['exact'])}"] if c.get("exact") else []) + [
-            f"- power: {power}",
+            f"- power: {power}"] + (
+        [f"- noise: {variance_text(c['variance'])}"] if c.get("variance") else []) + [
             f"- engagement: {shown_engagement(c)}{why_unmeasured(c)}"] + (
         [f"- the method's twin ({c['twin'].get('comparator', 'not measured')}): "
          f"{shown_engagement({'engagement': c['twin']})}"] if c.get("twin") else []) + (

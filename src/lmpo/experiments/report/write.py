@@ -41,8 +41,9 @@ from lmpo.process_env import cpu_model
 from lmpo.trainer.checkpoint import read_rows
 from lmpo.yamlfile import read_yaml_file
 
-# report.json's layout (docs/experiments.md); 1: before engagement; 2: before the step-down
-SCHEMA_VERSION = 3
+# report.json's layout (docs/experiments.md); 1: before engagement; 2: before the step-down;
+# 3: before the exact tests and the variance components
+SCHEMA_VERSION = 4
 STANDARD = [  # (label, metric, reduce)
     ("held-out accuracy, trained tiers", "eval/accuracy_trained", "final"),
     ("held-out accuracy, all tiers", "eval/accuracy_mean", "final"),
@@ -125,7 +126,8 @@ def collect(root: Path) -> dict:
             done = (run_dir / "eval.json").exists() and bool(rows) and \
                 rows[-1]["step"] == exp.steps
             summary = run_dir / "eval.json"
-            before = json.loads(summary.read_text())["before"] if summary.exists() else None
+            saved = json.loads(summary.read_text()) if summary.exists() else {}
+            before = saved.get("before")
             before_row = metrics_row(before) if before else {}
             engine = "lmpo"
             other = None if rows else engine_rows(run_dir, cfg_path)  # trained elsewhere
@@ -135,6 +137,7 @@ def collect(root: Path) -> dict:
             runs[(arm.name, seed)] = {
                 "dir": run_dir, "rows": rows, "finished": done, "engine": engine,
                 "before_row": {"step": 0, "tokens/cumulative": 0.0} | before_row,
+                "records": (saved.get("after") or {}).get("records"),  # lmpo.evaluate
                 "config": upgrade_saved(yaml.safe_load(cfg_path.read_text()))
                 if cfg_path.exists() else None}
     return {"experiment": exp, "runs": runs}
@@ -230,6 +233,7 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None,
     """Write report.md, report.json and the plots; print the per-arm table. Returns the
     path of report.md. `rejudge`: the report already at `out` gives each claim's earlier
     label (`lmpo.experiments.report.rejudge`)."""
+    from lmpo.experiments.report.components import add_components
     from lmpo.experiments.report.plots import write_dose_plots, write_plots
     from lmpo.experiments.report.rejudge import carry, earlier_labels
 
@@ -237,6 +241,7 @@ def report(root: str | Path, out: str | Path | None = None, *, console=None,
     out = Path(out) if out else root / "report.md"
     data = collect(root)
     info, table, claims = setup(data, root), arm_table(data), judge_claims(data)
+    add_components(claims, data)
     changes = carry(claims, earlier_labels(out.with_suffix(".json"))) if rejudge else []
     info["effective"] = effective_table(data)
     if data["experiment"].design:
