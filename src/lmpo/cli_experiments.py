@@ -26,6 +26,11 @@ def add_experiment_parsers(sub) -> None:
                     help="runs at once; each gets cores / jobs torch threads")
     cp.add_argument("--list", action="store_true",
                     help="print each run's command line (for Slurm, Ray, ...) and exit")
+    cp.add_argument("--power", action="store_true",
+                    help="print each headline claim's MDE at every look, from the file's "
+                         "power: source (or --power-source), and exit")
+    cp.add_argument("--power-source", metavar="SWEEP",
+                    help="with --power: a sweep directory whose rows give the variance")
     cp.add_argument("--engine", choices=("lmpo", "verl", "trl"), default="lmpo",
                     help="verl: print (and write OUT/verl.sh) a verl command per arm x seed "
                          "(with --launcher ray: submit each as a Ray job); trl: TRL's trainer")
@@ -59,6 +64,8 @@ def cmd_compare(args) -> int:
         if args.steps < 1:
             raise ConfigError(f"--steps must be >= 1, got {args.steps}")
         exp.steps = args.steps
+    if args.power or args.power_source:
+        return print_power(exp, args)
     check_address(args.launcher, args.address)
     if args.engine == "verl":  # verl's own jobs, through the launcher (printed or submitted)
         return LAUNCHERS.meta(args.launcher)["verl"](
@@ -74,6 +81,20 @@ def cmd_compare(args) -> int:
                               "(pip install -e '.[trl]'; make test-trl builds .venv-trl)")
     return compare(exp, args.out, jobs=args.jobs, list_only=args.list, engine=args.engine,
                    launcher_name=args.launcher, address=args.address)
+
+
+def print_power(exp, args) -> int:
+    """`lmpo compare --power`: the plan (lmpo.experiments.design.power); nothing runs."""
+    from lmpo.experiments.run.power_plan import plan_power, power_lines
+
+    if not args.power:
+        raise ConfigError("--power-source goes with --power")
+    if not (args.power_source or exp.power):
+        raise ConfigError(f"{args.config}: no source of variance: declare power: {{source: "
+                          "SWEEP_DIR}} in the file, or pass --power-source SWEEP_DIR")
+    plan = plan_power(exp, args.power_source)
+    print("\n".join(power_lines(exp, plan)))
+    return 0
 
 
 def cmd_report(args) -> int:

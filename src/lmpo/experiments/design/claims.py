@@ -45,7 +45,7 @@ BASE_KEYS = {"kind", "metric", "arms", "sentence"}
 OPTIONAL = {"reduce", "k", "label", "differs_in", "expects", "mediators", "engaged",
             "min_effect", "paper_effect", "comparator", "engaged_floor", "at", "primary",
             "matched", "descriptive", "twin", "anchor", "bound_source", "strength",
-            "reanalysis"}
+            "reanalysis", "exploratory"}
 
 
 def claim_role(claim: dict, primaries: bool, at_l0: bool = True) -> str:
@@ -218,7 +218,7 @@ def check_audit_fields(claim: dict, arms: list[str], where: str) -> None:
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
                               or not 0 < floor < 1):
         raise ConfigError(f"{where}: engaged_floor must be a number in (0, 1), got {floor!r}")
-    for key in ("primary", "descriptive"):
+    for key in ("primary", "descriptive", "exploratory"):
         if key in claim and not isinstance(claim[key], bool):
             raise ConfigError(f"{where}: {key} must be true or false")
     if claim.get("primary") and claim.get("descriptive"):

@@ -51,6 +51,7 @@ from lmpo.experiments.design.conditions import (
 from lmpo.experiments.design.derived import at_strength, split_claims
 from lmpo.experiments.design.frontier import check_frontier
 from lmpo.experiments.design.names import check_name
+from lmpo.experiments.design.power import parse_power
 from lmpo.experiments.stats.kinds import claim_kind
 
 DEFAULT_SEEDS = 5  # reproductions need >= 5: 3 seeds resolve only large effects
@@ -95,6 +96,8 @@ class Experiment:
     # per_seed: each run starts from its own seed's SFT draw of a warm-start preset
     # (`policy_seed`); shared: every run from the preset's one (sweeps made before the key)
     warm_starts: str = "per_seed"
+    # the source of variance the power plan reads (lmpo.experiments.design.power)
+    power: dict | None = None
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -120,7 +123,8 @@ class Experiment:
                if self.conditions else {}) \
             | ({"engaged_floor": self.engaged_floor} if self.engaged_floor is not None else {}) \
             | ({"premises": self.premises} if self.premises else {}) \
-            | ({"twins": True} if self.twins else {}) | {"warm_starts": self.warm_starts}
+            | ({"twins": True} if self.twins else {}) | {"warm_starts": self.warm_starts} \
+            | ({"power": self.power} if self.power else {})
 
     def arm_levels(self, name: str) -> list[str | None]:
         """The levels an arm runs at ([None] without conditions)."""
@@ -221,7 +225,7 @@ def _seeds(value, where: str) -> list[int]:
 
 EXPERIMENT_KEYS = {"name", "description", "notes", "base", "arms", "seeds", "steps",
                    "differs_in", "claims", "effective_tolerance", "frontier", "conditions",
-                   "engaged_floor", "premises", "twins", "warm_starts"}
+                   "engaged_floor", "premises", "twins", "warm_starts", "power"}
 
 
 def parse_experiment(data: dict, name: str, where: str) -> Experiment:
@@ -248,6 +252,7 @@ def parse_experiment(data: dict, name: str, where: str) -> Experiment:
                      engaged_floor=data.get("engaged_floor"),
                      twins=parse_twins(data.get("twins", False), where),
                      warm_starts=parse_warm_starts(data.get("warm_starts", "per_seed"), where),
+                     power=parse_power(data.get("power"), where),
                      **settings)
     check_arms_against(exp, where)
     check_claims_and_premises(exp, data.get("premises"), where)

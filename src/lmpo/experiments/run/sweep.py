@@ -48,6 +48,7 @@ from lmpo.experiments.run.launchers import (
     build_launcher,
     check_address,
 )
+from lmpo.experiments.run.power_plan import check_power
 from lmpo.experiments.run.upfront import check_experiment
 from lmpo.locks import directory_lock
 
@@ -92,6 +93,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
             raise ConfigError(f"{out} holds a different experiment ({saved}: {', '.join(changed)} "
                               "differ); resume it with the same file, --seeds and --steps, or "
                               "choose a new --out")
+    check_power(exp)  # a declared source of variance: the headline can reach min_effect
     flat = exp.expand()  # arms x condition levels, as `arm@level`
     check_experiment(flat, exp.seeds[0])
     check_differs(flat)
