@@ -254,7 +254,7 @@ def test_a_dose_response_claim_renders_with_its_plot(tmp_path, tiny_policy_dir):
         "comparators"]
     md = report(out)
     rep = json.loads(md.with_suffix(".json").read_text())
-    assert rep["schema_version"] == 3 and rep["setup"]["conditions"]["doses"] == DOSES
+    assert rep["schema_version"] == 4 and rep["setup"]["conditions"]["doses"] == DOSES
     at_l0, trend = rep["claims"]
     assert at_l0["level"] == "L0" and at_l0["role"] == "headline"
     assert at_l0["engagement"]["value"] == pytest.approx(0.0005)
