@@ -164,7 +164,7 @@ def exact_text(e: dict) -> str:
             if e["disagrees"] else "" if e["attainable"]
             else f" (cannot reach the label's level {e['alpha']:.4g} at this n)")
     return (f"sign-flip p {pval(e['sign_flip_p'])}, Wilcoxon signed-rank p "
-            f"{pval(e['wilcoxon_p'])}; the smallest attainable {pval(e['min_p'])}{flag}")
+            f"{pval(e['wilcoxon_p'])}; the smallest attainable {e['min_p']:.4g}{flag}")
 
 
 def per_look_text(c: dict) -> str:
