@@ -120,7 +120,8 @@ def test_the_card_prints_the_split():
     claim, data = claim_data(pairs)
     comp = components(claim, data)
     text = variance_text(comp)
-    assert "training seed" in text and "evaluation sampling" in text and "best" in text
+    assert "training seed" in text and "evaluation sampling" in text
+    assert "best" in text or "no other allocation of it does better" in text
     result = {"claim": "x", "sentence": "s", "kind": "direction", "verdict": "holds",
               "effect": 0.03, "ci": [0.01, 0.05], "n": 5, "metric": "eval/accuracy_mean",
               "variance": comp, "mde": 0.02, "p": 0.01}

@@ -175,7 +175,8 @@ def variance_text(v: dict, scale: float = 100.0, suffix: str = " pts") -> str:
     best = min(allocs, key=lambda a: a["mde"]) if allocs else None
     if now and best:
         text += (f"; the same compute: {now['seeds']} seeds x {now['samples']} samples MDE "
-                 f"{scale * now['mde']:.3g}{suffix} (these runs), best {best['seeds']} seeds x "
-                 f"{best['samples']} samples x {best['problems']:g} problems MDE "
-                 f"{scale * best['mde']:.3g}{suffix}")
+                 f"{scale * now['mde']:.3g}{suffix} (these runs), " + (
+                     "no other allocation of it does better" if best["mde"] >= now["mde"]
+                     else f"best {best['seeds']} seeds x {best['samples']} samples x "
+                          f"{best['problems']:g} problems MDE {scale * best['mde']:.3g}{suffix}"))
     return text
