@@ -29,7 +29,8 @@ LAYERS = ["__init__", "errors", "atomic", "processes", "process_env", "yamlfile"
           "config",
           "models", "tasks",
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
-          "reward_model_training", "trainer", "options", "methods", "experiments", "integrations",
+          "reward_model_training", "trainer", "options", "methods", "method_detail", "experiments",
+          "integrations",
           "cli_experiments", "cli",
           "__main__"]
 

@@ -91,3 +91,31 @@ def test_every_cross_cutting_option_is_a_config_key_and_found_by_its_names(capsy
     assert "loss.off_policy_mask_threshold" in capsys.readouterr().out
     assert main(["methods", "no-such-method-anywhere"]) == 1
     assert "no method or option mentions" in capsys.readouterr().err
+
+
+def test_every_part_prints_in_full_and_the_page_holds_the_same_tables(capsys):
+    """`lmpo methods NAME` for every registered part: its formula and every
+    hyper-parameter with its default and declared domain; docs/methods-reference.md holds
+    the generated per-part tables."""
+    from lmpo import method_detail
+    from lmpo.rollout.controllers.registry import CONTEXT
+
+    assert method_detail.markdown_all() in PAGE.read_text(), \
+        "the per-part tables are stale: run `lmpo methods --readme docs/methods-reference.md`"
+    for section, reg in methods.registries().items():
+        for name in reg.names():
+            d = method_detail.detail(section, name)
+            assert d["title"] and d["summary"], (section, name)
+            own = [h for h in reg.hparams(name) if section != "controller" or h not in CONTEXT]
+            assert [h["name"] for h in d["hparams"]] == own
+            for h in d["hparams"]:
+                assert h["domain"] != "-", (section, name, h["name"])  # every one declared
+            assert method_detail.lines(d)[0].startswith(f"{section} `{name}`")
+    assert main(["methods", "cegppo"]) == 0
+    out = capsys.readouterr().out
+    assert "beta1 = 0.5  in [0, inf)" in out and "L = -beta1 (1-eps_low) r/sg(r) A" in out
+    assert "verl: `actor_rollout_ref.actor.clip_ratio_low` else " \
+           "`actor_rollout_ref.actor.clip_ratio`; trl: `GRPOConfig.epsilon`" in out
+    assert main(["methods", "grpo"]) == 0
+    assert "scale = 'group'  in {group, batch, none}  [from trl: `GRPOConfig.scale_rewards`]" \
+        in capsys.readouterr().out

@@ -102,8 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "controller, correction and schedule, with its source "
                                         "and presets, and the cross-cutting options")
     me.add_argument("search", nargs="?", default=None,
-                    help="only the methods and options whose names, sources or engine "
-                         "spellings contain this (e.g. OPSM, mask_truncated, rollout_rs)")
+                    help="a part's name (cegppo, grpo, espo, ...): its formula and every "
+                         "hyper-parameter with default, domain and the engine settings "
+                         "that feed it; else only the methods and options whose names, "
+                         "sources or engine spellings contain this (e.g. OPSM, rollout_rs)")
     me.add_argument("--markdown", action="store_true", help="print the table as markdown")
     me.add_argument("--readme", metavar="FILE", help=argparse.SUPPRESS)  # docs/maintainers.md
     return parser
@@ -155,11 +157,19 @@ def cmd_presets(args) -> int:
 
 
 def cmd_methods(args) -> int:
-    from lmpo import methods
+    from lmpo import method_detail, methods
 
     if args.readme:
         changed = methods.rewrite_readme(args.readme)
         print(f"{args.readme}: methods table {'rewritten' if changed else 'already current'}")
+        if method_detail.BEGIN in Path(args.readme).read_text():
+            changed = method_detail.rewrite(args.readme)
+            print(f"{args.readme}: per-part hyper-parameters "
+                  f"{'rewritten' if changed else 'already current'}")
+        return 0
+    if args.search and not args.markdown and method_detail.sections_of(args.search):
+        for section in method_detail.sections_of(args.search):  # a part's name: in full
+            print("\n".join(method_detail.lines(method_detail.detail(section, args.search))))
         return 0
     from lmpo import options
 

@@ -109,14 +109,19 @@ def search(text: str) -> list[dict]:
 
 def rewrite_readme(path: str | Path) -> bool:
     """Replace the block between the markers in `path`; True if it changed."""
+    return replace_block(path, BEGIN, END, readme_block(), "methods table")
+
+
+def replace_block(path: str | Path, begin: str, end: str, block: str, what: str) -> bool:
+    """Replace `begin`...`end` (markers included) in `path` by `block`; True if it changed."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist")
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise ConfigError(f"{path} has no methods table markers ({BEGIN!r} ... {END!r})")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    new = head + readme_block() + tail
+    if begin not in text or end not in text:
+        raise ConfigError(f"{path} has no {what} markers ({begin!r} ... {end!r})")
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    new = head + block + tail
     path.write_text(new)
     return new != text
