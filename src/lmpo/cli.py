@@ -358,6 +358,19 @@ COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "methods": cmd_methods}
 
 
+def override_hint(args, extra: list[str]) -> str:
+    """'; config keys are overridden as key=value (optim.lr=3e-5)' for an option spelt
+    like a dotted config key (`--optim.lr=3e-5`, `--optim.lr 3e-5`)."""
+    dotted = next((x for x in extra if x.startswith("--") and "." in x.split("=", 1)[0]), None)
+    if dotted is None or not hasattr(args, "overrides"):
+        return ""
+    key, _, value = dotted[2:].partition("=")
+    if not value:  # `--optim.lr 1e-4`: argparse took the value as a positional
+        loose = [x for x in [*extra, *args.overrides] if "=" not in x and not x.startswith("-")]
+        value = loose[0] if loose else "VALUE"
+    return f"; config keys are overridden as key=value, without dashes: {key}={value}"
+
+
 def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
@@ -367,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     for x in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{override_hint(args, extra)}")
     if args.command is None:
         parser.print_help()
         return 0

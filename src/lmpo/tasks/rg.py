@@ -22,14 +22,20 @@ in a sentence are better scored by `reward.fn: last_number` or `math_verify`.
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
-
-import reasoning_gym
-from reasoning_gym.utils import extract_answer as extract_tagged
 
 from lmpo.errors import ConfigError, UnknownName
 from lmpo.registry import nearest
 from lmpo.tasks.base import Problem
+
+# reasoning-gym imports cellpylib, whose sources compile with SyntaxWarnings ("is" with a
+# literal) wherever no bytecode is cached (a fresh install, PYTHONDONTWRITEBYTECODE): eight
+# lines on every command that are not lmpo's to print
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", SyntaxWarning)
+    import reasoning_gym
+    from reasoning_gym.utils import extract_answer as extract_tagged
 
 PREFIX = "rg:"
 DEFAULT_TIER = "default"
