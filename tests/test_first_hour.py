@@ -43,3 +43,47 @@ def test_an_option_spelt_as_a_config_key_says_how_overrides_are_written(capsys):
         assert stop.value.code == 2
         err = capsys.readouterr().err
         assert f"key=value, without dashes: {hint}" in err, err
+
+
+def test_a_stop_mid_run_checkpoints_the_step_it_finishes_and_resumes_after_it(
+        tiny_policy_dir, tmp_path, monkeypatch):
+    """SIGINT during step 3 of 5 (checkpoints every 10): step 3 finishes, is checkpointed,
+    and the run stops; the rerun goes on at step 4, and the rows equal an uninterrupted
+    run's."""
+    import signal
+
+    import pytest
+
+    from lmpo.config import load_config
+    from lmpo.trainer import loop
+    from lmpo.trainer.checkpoint import checkpoint_step, latest_checkpoint, read_rows
+    from lmpo.trainer.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, "grpo", [
+        f"policy={tiny_policy_dir}", "steps=5", "rollout.batch_size=16",
+        "rollout.max_new_tokens=6", "rollout.pool_size=64", "log.eval_per_tier=4",
+        "log.eval_every=5", "log.eval_max_new_tokens=4", "log.tensorboard=false",
+        "log.checkpoint_every=10", "threads=1"])
+    loop.train(cfg, tmp_path / "whole", progress=False)
+    real = loop.train_step
+
+    def interrupted(step, run):
+        row = real(step, run)
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives mid-step, as a Ctrl-C would
+        return row
+
+    monkeypatch.setattr(loop, "train_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(cfg, tmp_path / "stopped", progress=False)
+    assert checkpoint_step(latest_checkpoint(tmp_path / "stopped")) == 3
+    assert [r["step"] for r in read_rows(tmp_path / "stopped" / "metrics.jsonl")] == [1, 2, 3]
+    monkeypatch.setattr(loop, "train_step", real)
+    loop.train(cfg, tmp_path / "stopped", resume=True, progress=False)
+
+    def same(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    assert same(read_rows(tmp_path / "stopped" / "metrics.jsonl")) == same(
+        read_rows(tmp_path / "whole" / "metrics.jsonl"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

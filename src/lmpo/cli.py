@@ -349,8 +349,8 @@ def cmd_eval(args) -> int:
 REFUSED_BY_FS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
                  errno.EEXIST)
 RESUME = {"train": "; its checkpoints are kept: rerun with --resume to go on",
-          "compare": "; its runs were stopped at their last checkpoints: rerun the same "
-                     "command to resume",
+          "compare": "; each run finished its step in progress and checkpointed it: rerun "
+                     "the same command to resume them",
           "sft": "; rerun to start again", "rm": "; rerun to start again"}
 COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets,

@@ -34,6 +34,7 @@ from lmpo.trainer.stages import (
     training_batch,
     usable,
 )
+from lmpo.trainer.stops import StepEndStop
 from lmpo.trainer.train_config import TrainConfig
 from lmpo.trainer.update import NonFiniteError, update
 from lmpo.warmstart import resolve_policy
@@ -53,6 +54,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                    verbose=progress if verbose is None else verbose)
     state = run.state
     bar = progress_bar(cfg, state.step, progress)
+    stops = StepEndStop().install()  # Ctrl-C: finish the step, checkpoint it, stop
     try:
         for step in range(state.step + 1, cfg.steps + 1):
             row = train_step(step, run)
@@ -75,11 +77,15 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                        tps=row["time/tokens_per_s"])
             # ======================================================== checkpoint
             state.step = step
-            if step % cfg.log.checkpoint_every == 0 or step == cfg.steps:
+            stopping = stops.pending and step < cfg.steps
+            if step % cfg.log.checkpoint_every == 0 or step == cfg.steps or stopping:
                 check_lease(run.dir)
                 save_checkpoint(run.dir, step, state.state_dict(), keep=cfg.log.keep_checkpoints)
                 crash_point("after_checkpoint", step)
+            if stopping:
+                stops.stop(step)
     finally:
+        stops.restore()
         bar.stop()
         run.close()
     return finish(cfg, run)

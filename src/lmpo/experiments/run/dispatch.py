@@ -40,6 +40,14 @@ def last_error(log: Path) -> str:
     return (errors or lines or ["no output"])[-1].strip()[:300]
 
 
+def resumed_from(run_dir) -> str:
+    """'started ' for a fresh run, 'resumed (from step N) ' for one with a checkpoint."""
+    from lmpo.trainer.checkpoint import checkpoint_step, latest_checkpoint
+
+    last = latest_checkpoint(run_dir) if run_dir.exists() else None
+    return "started " if last is None else f"resumed (after step {checkpoint_step(last)}) "
+
+
 class LastRows:
     """Each run's last rows, re-read only when its metrics file changed (size, mtime): the
     live table reads the files that grow, not all of them (45 runs x 300 rows: ~0.5 s)."""
@@ -132,7 +140,7 @@ class Dispatch:
             handle = self.pool.start(run, env)
             self.active[run.name] = (run, handle)
             run.status, run.started = "running", time.time()
-            self.say(f"started {run.name}{self.pool.where(handle)}")
+            self.say(f"{resumed_from(run.run_dir)}{run.name}{self.pool.where(handle)}")
 
     def settle(self) -> None:
         for name, (run, handle) in list(self.active.items()):

@@ -25,7 +25,7 @@ from pathlib import Path
 from lmpo.processes import die_with_parent
 
 FRESH_ENV = "LMPO_FRESH_PROCESSES"
-STOP_GRACE_S = 30.0  # how long a stopped run may take to exit before it is killed
+STOP_GRACE_S = 180.0  # how long a stopped run may take to finish its step and exit
 PRELOAD = ["lmpo.cli", "lmpo.trainer.loop"]  # the trainer brings the models, tasks, rewards
 _CONTEXT = None
 
@@ -170,9 +170,10 @@ class LocalPool:
         return {"launcher": self.name, "jobs": self.jobs}
 
     def close(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop the runs still going (a sweep stopped by Ctrl-C or SIGTERM): SIGTERM, which
-        a run takes at once, keeping its checkpoints (lmpo train exits 143); SIGKILL for
-        one still alive after `grace_s`. A stopped run resumes from its last checkpoint."""
+        """Stop the runs still going (a sweep stopped by Ctrl-C or SIGTERM): SIGTERM, on
+        which a run finishes the step in progress, checkpoints it and exits 143
+        (lmpo.trainer.stops); SIGKILL for one still alive after `grace_s`. A stopped run
+        resumes after the step it stopped at."""
         procs = [p for p in self.running if p.poll() is None]
         for proc in procs:
             try:
