@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import cellpylib
+import yaml
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -87,3 +88,30 @@ def test_a_stop_mid_run_checkpoints_the_step_it_finishes_and_resumes_after_it(
     assert same(read_rows(tmp_path / "stopped" / "metrics.jsonl")) == same(
         read_rows(tmp_path / "whole" / "metrics.jsonl"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_a_misspelt_policy_fails_up_front_and_a_never_trained_sweep_is_replaced(
+        tiny_policy_dir, tmp_path, capsys):
+    """A policy that names nothing: one line before any run, nothing written. A folder
+    left by an experiment none of whose runs logged a step is replaced on the rerun (one
+    line), not refused as "a different experiment"."""
+    import pytest
+
+    from lmpo.errors import ConfigError
+    from lmpo.experiments.run.sweep import compare
+    from tests.test_experiments import experiment
+
+    bad = experiment(tmp_path, "nano-chain-summ", seeds=1, steps=1)
+    with pytest.raises(ConfigError) as err:
+        compare(bad, tmp_path / "out", live=False)
+    assert "arm grpo: policy 'nano-chain-summ' is neither" in str(err.value)
+    assert "did you mean 'nano-chain-sum'?" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+    left = tmp_path / "out"  # what an earlier lmpo left: an experiment with no step run
+    (left / "runs" / "grpo" / "seed0").mkdir(parents=True)
+    (left / "runs" / "grpo" / "seed0" / "metrics.jsonl").write_text("")
+    (left / "experiment.yaml").write_text(yaml.safe_dump(bad.to_dict()))
+    good = experiment(tmp_path, tiny_policy_dir, seeds=1, steps=1)
+    assert compare(good, left, live=False, list_only=True) == 0
+    assert "never finished a step: replacing it" in capsys.readouterr().out
+    assert yaml.safe_load((left / "experiment.yaml").read_text()) == good.to_dict()

@@ -105,21 +105,45 @@ def resolve_policy(spec: str, *, progress: bool = True, sft_overrides: tuple[str
     """The model folder `spec` names: a local Hugging Face folder, or the cached (built on
     first use, with the preset's own threads) warm start of the SFT preset `spec` (drawn
     with SFT seed `seed` where given; a folder or a packaged model ignores it)."""
-    from lmpo.models.convert import REAL_MODELS, real_model
+    from lmpo.models.convert import real_model
 
-    path = Path(spec).expanduser()
-    if (path / "config.json").is_file():
-        return path
-    if spec in REAL_MODELS:
+    kind = check_policy(spec)
+    if kind == "folder":
+        return Path(spec).expanduser()
+    if kind == "packaged":
         return real_model(spec)
-    if not is_preset(spec):
-        raise ConfigError(f"policy {spec!r} is neither a Hugging Face model folder (no "
-                          f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
-                          f"nor a warm-start preset; warm-start presets: "
-                          f"{', '.join(presets.names('sft'))}")
     pinned = None if sft_overrides else pinned_policy(spec, seed)
     return pinned or cached_policy(spec, progress=progress,
                                    sft_overrides=(*sft_overrides, *seed_overrides(seed)))
+
+
+def check_policy(spec: str) -> str:
+    """What `spec` names, checked without building anything: "folder" (a Hugging Face
+    model folder whose config.json reads), "packaged" (a packaged real model) or "preset"
+    (a warm-start preset); else one ConfigError saying what it may be, with the nearest
+    preset name."""
+    import json
+
+    from lmpo.models.convert import REAL_MODELS
+    from lmpo.registry import nearest
+
+    path = Path(spec).expanduser()
+    if (path / "config.json").is_file():
+        try:
+            json.loads((path / "config.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"policy {spec!r}: its config.json does not read ({exc})") \
+                from None
+        return "folder"
+    if spec in REAL_MODELS:
+        return "packaged"
+    if is_preset(spec):
+        return "preset"
+    names = presets.names("sft")
+    raise ConfigError(f"policy {spec!r} is neither a Hugging Face model folder (no "
+                      f"config.json there), a packaged model ({', '.join(REAL_MODELS)}) "
+                      f"nor a warm-start preset{nearest(spec, [*names, *REAL_MODELS])}; "
+                      f"warm-start presets: {', '.join(names)}")
 
 
 def cached_policy(name: str, *, progress: bool = True, sft_overrides: tuple[str, ...] = ()

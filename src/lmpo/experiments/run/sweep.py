@@ -89,6 +89,12 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
         before, now = yaml.safe_load(saved.read_text()), exp.to_dict()
         before.setdefault("warm_starts", "shared")  # saved before per-seed warm starts
         changed = [k for k in RUN_KEYS if before.get(k) != now.get(k)]
+        if changed and not any_step(out):  # nothing of it trained: nothing to lose
+            print(f"{out} held another experiment ({', '.join(changed)} differ) that never "
+                  "finished a step: replacing it")
+            for part in ("runs", "configs", "logs"):
+                shutil.rmtree(out / part, ignore_errors=True)
+            changed = []
         if changed:
             raise ConfigError(f"{out} holds a different experiment ({saved}: {', '.join(changed)} "
                               "differ); resume it with the same file, --seeds and --steps, or "
@@ -122,6 +128,15 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
                     run.status = "done"
             runs.append(run)
     return runs
+
+
+def any_step(out: Path) -> bool:
+    """Whether any run under `out` logged a step (rows or a checkpoint)."""
+    runs = out / "runs"
+    if not runs.exists():
+        return False
+    return any(p.stat().st_size > 0 for p in runs.glob("*/*/metrics.jsonl")) or any(
+        runs.glob("*/*/checkpoints/*"))
 
 
 REFERENCE = "@"  # a controller hyper-parameter naming another arm's run of the same seed

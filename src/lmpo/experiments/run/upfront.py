@@ -96,10 +96,21 @@ def check_metrics(flat, configs: dict) -> None:
                           "comparators declare; see docs/running.md)")
 
 
+def check_policy_of(name: str, cfg) -> None:
+    """The arm's policy names a model folder, a packaged model or a warm-start preset."""
+    from lmpo.warmstart import check_policy
+
+    try:
+        check_policy(cfg.policy)
+    except ConfigError as exc:
+        raise ConfigError(f"arm {name}: {exc}") from None
+
+
 def check_experiment(flat, seed: int) -> dict:
     """Every up-front check of the expanded experiment `flat`; its arms' configs."""
     configs = arm_configs(flat, seed)
     for name, cfg in configs.items():
+        check_policy_of(name, cfg)
         check_tiers(name, cfg)
     check_metrics(flat, configs)
     if flat.twins:
