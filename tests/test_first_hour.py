@@ -115,3 +115,21 @@ def test_a_misspelt_policy_fails_up_front_and_a_never_trained_sweep_is_replaced(
     assert compare(good, left, live=False, list_only=True) == 0
     assert "never finished a step: replacing it" in capsys.readouterr().out
     assert yaml.safe_load((left / "experiment.yaml").read_text()) == good.to_dict()
+
+
+def test_lmpo_init_writes_a_starter_whose_smoke_run_works_as_written(sft_run, tmp_path,
+                                                                      monkeypatch, capsys):
+    """The starter's smoke run, from inside its folder, as its first line says (the
+    testbed's warm start is the session's); a second init on the folder is refused."""
+    from lmpo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "starter"]) == 0
+    assert "cd starter && lmpo compare --config smoke.yaml" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path / "starter")
+    assert main(["compare", "--config", "smoke.yaml", "--out", "runs/smoke", "--jobs", "2"]) == 0
+    assert main(["report", "runs/smoke"]) == 0
+    report = (tmp_path / "starter" / "runs" / "smoke" / "report.md").read_text()
+    assert "insufficient seeds" in report
+    assert main(["init", str(tmp_path / "starter")]) == 2
+    assert "already exists" in capsys.readouterr().err

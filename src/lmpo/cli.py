@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("overrides", nargs="*", metavar="key=value")
 
     sub.add_parser("presets", help="the shipped presets (train, sft, experiment), described")
+    ini = sub.add_parser("init", help="write a starter comparison into a new folder: the "
+                                      "experiment, a smoke run of it, a reward and data")
+    ini.add_argument("name", help="the folder to create")
 
     me = sub.add_parser("methods", help="every registered loss, estimator, rollout "
                                         "controller, correction and schedule, with its source "
@@ -133,6 +136,17 @@ def version_line() -> str:
         except PackageNotFoundError:
             parts.append(f"{dist} not installed")
     return f"lmpo {__version__} ({', '.join(parts)})"
+
+
+def cmd_init(args) -> int:
+    from lmpo.starter import init
+
+    root = init(args.name)
+    print(f"wrote {root}/: experiment.yaml, smoke.yaml, reward.py, data/train.jsonl\n"
+          f"  cd {root} && lmpo compare --config smoke.yaml --out runs/smoke && "
+          "lmpo report runs/smoke\nthen edit experiment.yaml (your policy, data and reward) "
+          "and run it with --config experiment.yaml --out runs/main")
+    return 0
 
 
 def cmd_presets(args) -> int:
@@ -354,7 +368,7 @@ RESUME = {"train": "; its checkpoints are kept: rerun with --resume to go on",
           "sft": "; rerun to start again", "rm": "; rerun to start again"}
 COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "compare": cmd_compare, "report": cmd_report, "presets": cmd_presets,
-            "export-data": cmd_export_data,
+            "export-data": cmd_export_data, "init": cmd_init,
             "methods": cmd_methods}
 
 
