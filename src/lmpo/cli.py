@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--run; --model and --config write nothing unless asked)")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="where the model runs (default auto: CUDA when present, else CPU)")
-    ev.add_argument("--threads", type=int, default=2,
-                    help="torch CPU threads (default 2)")
+    ev.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default 2, or 1 on a one-core affinity)")
 
     add_experiment_parsers(sub)
 
@@ -303,6 +303,7 @@ def cmd_eval(args) -> int:
     import torch
     from rich.console import Console
 
+    from lmpo import process_env
     from lmpo.config import load_config
     from lmpo.devices import resolve_device
     from lmpo.evaluate import accuracy_table, evaluate
@@ -314,9 +315,12 @@ def cmd_eval(args) -> int:
     from lmpo.trainer.train_config import TrainConfig
     from lmpo.warmstart import resolve_policy
 
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads {args.threads}: must be >= 1")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or min(2, process_env.usable_cores()))
+    warning = process_env.busy_warning(torch.get_num_threads())
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     device = resolve_device(args.device)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
     cfg = TrainConfig()

@@ -32,6 +32,53 @@ def affinity() -> list[int] | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's count."""
+    cpus = affinity()
+    return len(cpus) if cpus else os.cpu_count() or 1
+
+
+def others_running(samples: int = 5, gap_s: float = 0.02) -> float | None:
+    """How many other threads are running now: the kernel's count of runnable tasks
+    (/proc/loadavg's fourth field) less this one, the least of a few samples (a short
+    burst elsewhere is not a busy core); the 1-minute load average where there is no
+    /proc. None where neither can be read."""
+    import time
+
+    seen = []
+    for _ in range(samples):
+        try:
+            running = Path("/proc/loadavg").read_text().split()[3].split("/")[0]
+        except (OSError, IndexError):
+            break
+        seen.append(max(0, int(running) - 1))
+        time.sleep(gap_s)
+    if seen:
+        return float(min(seen))
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_warning(threads: int, load: float | None = None) -> str | None:
+    """One line where other work (`others_running`, or `load`) leaves fewer free cores
+    than `threads`, else None. Such a team waits at every barrier for the thread that
+    shares its core: a step can take several times longer."""
+    if threads <= 1:
+        return None
+    load = others_running() if load is None else load
+    if load is None:
+        return None
+    cores = usable_cores()
+    free = cores - load
+    if free >= threads - 0.5:
+        return None
+    return (f"lmpo: other work keeps about {load:.1f} of {cores} cores busy, leaving "
+            f"about {max(free, 0.0):.1f} for {threads} torch threads; steps may run several "
+            "times slower than with threads=1 (--threads 1 for lmpo eval)")
+
+
 def describe() -> dict:
     """This process's threads, CPUs and thread environment (see the module docstring)."""
     import torch

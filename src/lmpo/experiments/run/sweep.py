@@ -23,7 +23,6 @@ reads the directories whatever ran them.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import sys
@@ -51,6 +50,7 @@ from lmpo.experiments.run.launchers import (
 from lmpo.experiments.run.power_plan import check_power
 from lmpo.experiments.run.upfront import check_experiment
 from lmpo.locks import directory_lock
+from lmpo.process_env import usable_cores
 
 
 @dataclass
@@ -83,7 +83,7 @@ def plan(exp: Experiment, out: Path, jobs: int, engine: str = "lmpo") -> list[Ru
     arm builds, trains on tiers its task has, and logs every metric the claims read;
     `differs_in`): a broken arm stops the sweep before its first run, not after the
     others have trained."""
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = max(1, usable_cores() // jobs)  # the cores this process may run on
     saved = out / "experiment.yaml"
     if saved.exists():
         before, now = yaml.safe_load(saved.read_text()), exp.to_dict()

@@ -1,0 +1,77 @@
+"""Threads on a busy machine: `lmpo eval` and a short nano run at 1 and 2 torch threads,
+alone and beside a process that keeps one core busy, with OpenMP's default (active) wait
+and with `OMP_WAIT_POLICY=PASSIVE`.
+
+An OpenMP team larger than the free cores spins at its barriers: each thread waits for the
+slowest, which shares its core with the busy process. Each setting runs as its own process
+(OpenMP reads the policy when it loads), on the same work.
+
+    python benchmarks/busy_threads.py      # writes benchmarks/results/busy_threads.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import write_result  # noqa: E402
+
+BUSY = "import time\nwhile True:\n    pass\n"
+
+
+def timed(argv: list[str], env: dict) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def work(kind: str, threads: int, tmp: Path) -> list[str]:
+    lmpo = [sys.executable, "-m", "lmpo"]
+    if kind == "eval":
+        return lmpo + ["eval", "--model", "nano-chain-sum", "--per-tier", "50",
+                       "--temperature", "1.0", "--samples", "4", "--threads", str(threads)]
+    run = tmp / f"run-{time.time_ns()}"
+    return lmpo + ["train", "--config", "grpo", "--run-dir", str(run), "--quiet", "steps=20",
+                   f"threads={threads}", "log.eval_every=100", "log.eval_per_tier=10",
+                   "log.tensorboard=false"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    rows = []
+    base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(work("eval", 2, Path(tmp)), env=base, check=True,
+                       capture_output=True)  # the warm start is built before any timing
+        for busy in (False, True):
+            hog = subprocess.Popen([sys.executable, "-c", BUSY]) if busy else None
+            try:
+                for kind in ("eval", "train"):
+                    for policy in ("default", "PASSIVE"):
+                        env = base | ({"OMP_WAIT_POLICY": "PASSIVE"} if policy == "PASSIVE"
+                                      else {})
+                        for threads in (1, 2):
+                            s = min(timed(work(kind, threads, Path(tmp)), env)
+                                    for _ in range(args.repeats))
+                            rows.append({"work": kind, "busy_core": busy, "wait": policy,
+                                         "threads": threads, "seconds": round(s, 2)})
+                            print(rows[-1], flush=True)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
+    write_result("busy_threads", {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
