@@ -133,3 +133,24 @@ def test_lmpo_init_writes_a_starter_whose_smoke_run_works_as_written(sft_run, tm
     assert "insufficient seeds" in report
     assert main(["init", str(tmp_path / "starter")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_a_busy_machine_is_said_and_openmp_sleeps_there():
+    """Other work on one of two cores: a 2-thread run says so in one line, a 1-thread run
+    does not; before torch loads, OpenMP's wait policy becomes passive only where a core is
+    busy and the user set none (a fresh interpreter: torch not yet imported)."""
+    from lmpo import process_env
+
+    cores = process_env.usable_cores()
+    assert process_env.busy_warning(2, load=cores - 1.0) is not None or cores > 2
+    assert process_env.busy_warning(2, load=0.0) is None
+    assert process_env.busy_warning(1, load=cores) is None
+    probe = ("import sys, lmpo.process_env as p\n"
+             "p.usable_cores = lambda: 2\n"
+             "for others, env in ((1.0, {}), (0.0, {}), (1.0, {'OMP_WAIT_POLICY': 'ACTIVE'})):\n"
+             "    p.others_running = lambda: others\n"
+             "    print(p.adapt_waits(env), env.get('OMP_WAIT_POLICY'))\n"
+             "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env=os.environ | {"PYTHONPATH": str(SRC)}).stdout
+    assert out.split("\n")[:4] == ["True PASSIVE", "False None", "False ACTIVE", "False"]

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM sent to `lmpo compare` alone (as a scheduler or a terminal
-multiplexer does): its runs stop within a step at their checkpoints, one line is printed,
+multiplexer does): its runs finish the step in progress and checkpoint it, one line is printed,
 the exit code is 130 / 143, sweep.json says so, nothing keeps running, and the same command
 resumes the sweep to its end."""
 
@@ -75,8 +75,8 @@ def test_a_signal_stops_the_sweep_within_a_step_and_the_rerun_resumes(
     waited = time.time() - sent
     assert proc.returncode == code, err
     assert err.strip().splitlines() == [
-        f"lmpo compare: stopped by {sig.name}; its runs were stopped at their last checkpoints:"
-        " rerun the same command to resume"]
+        f"lmpo compare: stopped by {sig.name}; each run finished its step in progress and "
+        "checkpointed it: rerun the same command to resume them"]
     rows = read_rows(metrics)
     assert len(rows) <= at_signal + 1 < STEPS and waited < 20  # within the step it was in
     assert alive_under(out) == []  # nothing keeps training
@@ -84,6 +84,7 @@ def test_a_signal_stops_the_sweep_within_a_step_and_the_rerun_resumes(
     assert record["interrupted"] == sig.name and record["status"] == {"grpo-seed0": "interrupted"}
     log = (out / "logs" / "grpo-seed0.log").read_text()
     assert "lmpo train: stopped by SIGTERM; its checkpoints are kept" in log
+    assert f"stopped at the end of step {len(rows)}, checkpoint written" in log
     assert "Traceback" not in log
     if resume:
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)

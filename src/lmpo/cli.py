@@ -376,6 +376,9 @@ COMMANDS = {"sft": cmd_sft, "rm": cmd_rm, "train": cmd_train, "eval": cmd_eval,
             "methods": cmd_methods}
 
 
+TORCH_COMMANDS = ("sft", "rm", "train", "eval", "compare")
+
+
 def override_hint(args, extra: list[str]) -> str:
     """'; config keys are overridden as key=value (optim.lr=3e-5)' for an option spelt
     like a dotted config key (`--optim.lr=3e-5`, `--optim.lr 3e-5`)."""
@@ -402,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command in TORCH_COMMANDS:
+        from lmpo.process_env import adapt_waits
+
+        adapt_waits()  # on a busy machine OpenMP sleeps rather than spins (before torch)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_sigterm)  # stops the work as Ctrl-C does
     try:

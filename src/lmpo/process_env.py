@@ -74,9 +74,32 @@ def busy_warning(threads: int, load: float | None = None) -> str | None:
     free = cores - load
     if free >= threads - 0.5:
         return None
+    sleeping = " (OpenMP's idle threads sleep rather than spin)" \
+        if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" else ""
     return (f"lmpo: other work keeps about {load:.1f} of {cores} cores busy, leaving "
-            f"about {max(free, 0.0):.1f} for {threads} torch threads; steps may run several "
-            "times slower than with threads=1 (--threads 1 for lmpo eval)")
+            f"about {max(free, 0.0):.1f} for {threads} torch threads{sleeping}; steps may run "
+            "slower than with threads=1 (--threads 1 for lmpo eval)")
+
+
+def adapt_waits(env=None) -> bool:
+    """Before torch loads: where other work keeps a core busy now, make OpenMP's idle
+    threads sleep (`OMP_WAIT_POLICY=PASSIVE`) instead of spinning at every barrier for the
+    thread that shares its core; True if it did. Measured on the 2-core testbed machine
+    beside one busy core (benchmarks/results/busy_threads*.json), 20 nano steps at 2
+    threads took 33.9 s spinning and 18.8 s passive (17.7 s at 1 thread); alone passive
+    costs (22.1 s against 12.4), so it is chosen only when busy. It changes scheduling, not
+    results. Left alone where the user set a policy, where torch is already loaded or on
+    one core."""
+    import sys
+
+    env = os.environ if env is None else env
+    if "OMP_WAIT_POLICY" in env or "torch" in sys.modules or usable_cores() < 2:
+        return False
+    others = others_running()
+    if others is None or others < 0.5:
+        return False
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
 
 
 def describe() -> dict:
