@@ -14,6 +14,7 @@ goal: beside the busy process, auto within 1.3x of the best setting.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -40,8 +41,21 @@ def timed(argv: list[str], env: dict) -> float:
     return time.perf_counter() - started
 
 
+def sums(tmp: Path) -> Path:
+    """The tutorial's plain data: a+b= (a < 50, b < 20)."""
+    path = tmp / "sums.jsonl"
+    if not path.exists():
+        path.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                                for a in range(50) for b in range(20)))
+    return path
+
+
 def work(kind: str, threads: int, tmp: Path) -> list[str]:
     lmpo = [sys.executable, "-m", "lmpo"]
+    if kind == "real_eval":  # the tutorial's first command, on the packaged SmolLM2
+        return lmpo + ["eval", "--model", "smollm2-135m-instruct", "--task", str(sums(tmp)),
+                       "--reward", "last_number", "--max-new-tokens", "128", "--per-tier",
+                       "100", "--threads", str(threads)]
     if kind == "eval":
         return lmpo + ["eval", "--model", "nano-chain-sum", "--per-tier", "50",
                        "--temperature", "1.0", "--samples", "4", "--threads", str(threads)]
@@ -54,7 +68,8 @@ def work(kind: str, threads: int, tmp: Path) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--work", nargs="+", default=["eval", "train"])
+    ap.add_argument("--work", nargs="+", default=["eval", "train"],
+                    choices=("eval", "train", "real_eval"))
     ap.add_argument("--waits", nargs="+", default=["auto", "ACTIVE", "PASSIVE"],
                     choices=WAITS)
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
