@@ -50,19 +50,24 @@ def sums(tmp: Path) -> Path:
     return path
 
 
-def work(kind: str, threads: int, tmp: Path) -> list[str]:
+def work(kind: str, threads: int, tmp: Path, policy: str = "nano-chain-sum",
+         small: bool = False) -> list[str]:
+    """The command of one timing: `small` is the smoke test's size."""
     lmpo = [sys.executable, "-m", "lmpo"]
     if kind == "real_eval":  # the tutorial's first command, on the packaged SmolLM2
         return lmpo + ["eval", "--model", "smollm2-135m-instruct", "--task", str(sums(tmp)),
                        "--reward", "last_number", "--max-new-tokens", "128", "--per-tier",
                        "100", "--threads", str(threads)]
     if kind == "eval":
-        return lmpo + ["eval", "--model", "nano-chain-sum", "--per-tier", "50",
+        return lmpo + ["eval", "--model", policy, "--per-tier", "2" if small else "50",
                        "--temperature", "1.0", "--samples", "4", "--threads", str(threads)]
     run = tmp / f"run-{time.time_ns()}"
-    return lmpo + ["train", "--config", "grpo", "--run-dir", str(run), "--quiet", "steps=20",
-                   f"threads={threads}", "log.eval_every=100", "log.eval_per_tier=10",
-                   "log.tensorboard=false"]
+    return lmpo + ["train", "--config", "grpo", "--run-dir", str(run), "--quiet",
+                   f"policy={policy}", "steps=2" if small else "steps=20", f"threads={threads}",
+                   "log.eval_every=100", "log.eval_per_tier=2" if small else
+                   "log.eval_per_tier=10", "log.tensorboard=false"] + (
+        ["rollout.batch_size=8", "rollout.max_new_tokens=4", "log.eval_max_new_tokens=4"]
+        if small else [])
 
 
 def main() -> None:
@@ -74,21 +79,26 @@ def main() -> None:
                     choices=WAITS)
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--name", default="busy_threads")
+    ap.add_argument("--states", nargs="+", default=["alone", "busy"], choices=("alone", "busy"))
+    ap.add_argument("--policy", default="nano-chain-sum")
+    ap.add_argument("--small", action="store_true", help="the smoke test's sizes")
     args = ap.parse_args()
     rows = []
     base = {k: v for k, v in os.environ.items()
             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(work("eval", 2, Path(tmp)), env=base, check=True,
-                       capture_output=True)  # the warm start is built before any timing
-        for busy in (False, True):
+        if not Path(args.policy).is_dir():  # a warm start is built before any timing
+            subprocess.run(work("eval", 2, Path(tmp), args.policy, args.small), env=base,
+                           check=True, capture_output=True)
+        for busy in [state == "busy" for state in args.states]:
             hog = subprocess.Popen([sys.executable, "-c", BUSY]) if busy else None
             try:
                 for kind in args.work:
                     for policy in args.waits:
                         env = base | WAITS[policy]
                         for threads in args.threads:
-                            s = min(timed(work(kind, threads, Path(tmp)), env)
+                            s = min(timed(work(kind, threads, Path(tmp), args.policy,
+                                               args.small), env)
                                     for _ in range(args.repeats))
                             rows.append({"work": kind, "busy_core": busy, "wait": policy,
                                          "threads": threads, "seconds": round(s, 2)})

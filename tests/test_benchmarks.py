@@ -122,6 +122,10 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                      and all(s["floor_s"] > 0 and s["phases_s"]["update_backward"] > 0
                              for s in r["per_step"])
                      and r["wall_s"] > r["steps_s"] + r["evaluations_s"]),
+        "busy_threads": (["--policy", tiny, "--small", "--states", "busy", "--work", "train",
+                          "--waits", "auto", "--threads", "2"],
+                         lambda r: [(x["work"], x["busy_core"], x["wait"]) for x in r["rows"]]
+                         == [("train", True, "auto")] and r["rows"][0]["seconds"] > 0),
         "flop_floor": (["--smoke", "--steps", "1", "--repeats", "1", "--profile"],
                        lambda r: rows_with("ratio", "floor_s", "step_s", "tflop",
                                            "profile_s")(r)

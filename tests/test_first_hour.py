@@ -75,8 +75,13 @@ def test_a_stop_mid_run_checkpoints_the_step_it_finishes_and_resumes_after_it(
         return row
 
     monkeypatch.setattr(loop, "train_step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        loop.train(cfg, tmp_path / "stopped", progress=False)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.train(cfg, tmp_path / "stopped", progress=False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finally:
+        signal.signal(signal.SIGINT, before)  # a background job ignores it
     assert checkpoint_step(latest_checkpoint(tmp_path / "stopped")) == 3
     assert [r["step"] for r in read_rows(tmp_path / "stopped" / "metrics.jsonl")] == [1, 2, 3]
     monkeypatch.setattr(loop, "train_step", real)
@@ -87,7 +92,6 @@ def test_a_stop_mid_run_checkpoints_the_step_it_finishes_and_resumes_after_it(
 
     assert same(read_rows(tmp_path / "stopped" / "metrics.jsonl")) == same(
         read_rows(tmp_path / "whole" / "metrics.jsonl"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
 
 
 def test_a_misspelt_policy_fails_up_front_and_a_never_trained_sweep_is_replaced(

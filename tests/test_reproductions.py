@@ -78,6 +78,9 @@ MATCHED["ebpo4"] = MATCHED["ebpo"]
 MATCHED["drpo4"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
                     "loss.hparams.delta", "rollout.dtype", "rollout.bf16_boundary",
                     "rollout.old_logp"}
+# the noise measurement: two of drpo4's arms at its L0, without its levels
+MATCHED["noise_drpo"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
+                         "loss.hparams.delta", "rollout.old_logp"}
 MATCHED["output_reset_rlhf4"] = {"loss.name", "loss.hparams.alpha", "loss.hparams.weight",
                                  "loss.hparams.eps_low", "loss.hparams.eps_high"}
 MATCHED["output_reset_long4"] = (MATCHED["output_reset"] - {"optim.epochs", "optim.lr"})

@@ -65,7 +65,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                 row |= metrics_row(result)
                 row["time/eval"] = time.perf_counter() - started
                 if step == cfg.steps:  # the final policy's per-sample records: eval.json
-                    state.final = result["records"]
+                    state.final = result.get("records")
             # ======================================================== log
             crash_point("before_row", step)
             check_lease(run.dir)  # a run moved to another machine has one writer

@@ -28,10 +28,13 @@ class StepEndStop:
         self.previous, self.caught = {}, None
 
     def install(self) -> StepEndStop:
+        """Handle both signals, except one the process ignores (a `nohup` run ignores
+        SIGINT and keeps ignoring it)."""
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 sig = getattr(signal, name)
-                self.previous[sig] = signal.signal(sig, self.handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self.previous[sig] = signal.signal(sig, self.handle)
         return self
 
     def handle(self, sig, frame) -> None:

@@ -41,7 +41,7 @@ def last_error(log: Path) -> str:
 
 
 def resumed_from(run_dir) -> str:
-    """'started ' for a fresh run, 'resumed (from step N) ' for one with a checkpoint."""
+    """'started ' for a fresh run, 'resumed (after step N) ' for one with a checkpoint."""
     from lmpo.trainer.checkpoint import checkpoint_step, latest_checkpoint
 
     last = latest_checkpoint(run_dir) if run_dir.exists() else None

@@ -71,9 +71,7 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
         base = kind.read_p(claim, point, p_adj)
     out |= {"effect": point, "ci": [lo, hi], "ci_holm": [hlo, hhi], "holm_level": level,
             "alpha": alpha, "method": method, "mde": m, "p": p, "p_adj": p_adj,
-            "p_improve": kind.improvement(a, b)}
-    if kind.exact_tests:  # beside the t: exact at these seed counts (stats.exact)
-        out["exact"] = exact_check(kind.centered(claim, a, b), p_adj <= ALPHA, alpha)
+            "p_improve": kind.improvement(a, b)} | exact_of(kind, claim, a, b, p_adj, alpha)
     if inert:  # the method's own mechanism did not move the update: whatever the effect
         return out | {"verdict": "mechanism inert", "reason": inert, "first": base}
     if confounded:
@@ -95,6 +93,13 @@ def judge(claim: dict, a, b=None, *, confounded: str | None = None,
         return out | {"verdict": "underpowered", "reason": kind.underpowered_reason(m, limit),
                       "first": base}
     return out | {"verdict": base, "reason": f"MDE {m:.3g}"}
+
+
+def exact_of(kind, claim: dict, a, b, p_adj: float, alpha: float) -> dict:
+    """{exact: ...} beside the t where the kind takes exact tests (stats.exact), else {}."""
+    if not kind.exact_tests:
+        return {}
+    return {"exact": exact_check(kind.centered(claim, a, b), p_adj <= ALPHA, alpha)}
 
 
 def too_few(kind, claim: dict, a: np.ndarray, b: np.ndarray) -> dict:
