@@ -31,7 +31,7 @@ LAYERS = ["__init__", "errors", "atomic", "processes", "process_env", "yamlfile"
           "rollout", "rewards", "advantages", "losses", "legacy", "evaluate", "sft", "warmstart",
           "reward_model_training", "trainer", "options", "methods", "method_detail", "experiments",
           "integrations",
-          "starter", "cli_experiments", "cli",
+          "starter", "cli_eval", "cli_experiments", "cli",
           "__main__"]
 
 
