@@ -4,7 +4,6 @@ model folder (part of the `lmpo` command line, `lmpo.cli`)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from lmpo.atomic import write_text
@@ -12,7 +11,6 @@ from lmpo.errors import ConfigError
 
 
 def cmd_eval(args) -> int:
-    import torch
     from rich.console import Console
 
     from lmpo import process_env
@@ -29,10 +27,7 @@ def cmd_eval(args) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads {args.threads}: must be >= 1")
-    torch.set_num_threads(args.threads or min(2, process_env.usable_cores()))
-    warning = process_env.busy_warning(torch.get_num_threads())
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    process_env.set_torch_threads(args.threads or 2)
     device = resolve_device(args.device)
     task_name, per_tier, max_new, trained, temp, samples = "chain_sum", 100, 32, None, 0.0, 1
     cfg = TrainConfig()

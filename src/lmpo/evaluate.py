@@ -65,27 +65,29 @@ def complete(model, tokenizer, problems: list[Problem], *, max_new_tokens: int,
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in responses]
 
 
-def streams_for(problems: list[Problem], samples: int, temperature: float, stream: str,
+def streams_for(ids: list[str], samples: int, temperature: float, stream: str,
                 seed: int = EVAL_SAMPLE_SEED):
-    """(the generator of a sampled evaluation of `problems` x `samples`, what the cache
-    keys it by); `seed` seeds the shared stream, or every problem's with its identity."""
+    """(the generator of a sampled evaluation of the problems `ids` (`problem_id`) x
+    `samples`, what the cache keys it by); `seed` seeds the shared stream, or every
+    problem's with its identity."""
     if stream not in EVAL_STREAMS:
         raise ValueError(f"unknown evaluation stream {stream!r}; valid: {', '.join(EVAL_STREAMS)}")
     if temperature == 0:
         return None, {"seed": seed}
     if stream == "shared":
         return torch.Generator().manual_seed(seed), {"seed": seed}
-    ids = [problem_id(p.prompt, p.answer, p.cluster) for p in problems]
     seeds = [row_seed(seed, ident, j) for ident in ids for j in range(samples)]
     return RowStreams(seeds), {"seed": seed, "stream": stream}
 
 
-def sample_records(problems: list[Problem], samples: int, correct, scores) -> dict:
+def sample_records(problems: list[Problem], samples: int, correct, scores,
+                   ids: list[str] | None = None) -> dict:
     """Per problem (in held-out order) and sample: correct as a '0'/'1' string, and the
-    reward where any differs from the correctness (partial credit or unscored)."""
+    reward where any differs from the correctness (partial credit or unscored). `ids`:
+    the problems' `problem_id`s where already computed."""
     k = samples
     records = {"samples": k,
-               "problems": [problem_id(p.prompt, p.answer, p.cluster) for p in problems],
+               "problems": ids or [problem_id(p.prompt, p.answer, p.cluster) for p in problems],
                "tiers": [p.cluster for p in problems],
                "correct": ["".join("1" if ok else "0" for ok in correct[i * k:(i + 1) * k])
                            for i in range(len(problems))]}
@@ -136,7 +138,8 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     if samples < 1 or (samples > 1 and temperature == 0):
         raise ValueError(f"samples must be >= 1, and 1 for greedy decoding; got {samples} at "
                          f"temperature {temperature}")
-    generator, drawn_by = streams_for(problems, samples, temperature, stream, stream_seed)
+    ids = [problem_id(p.prompt, p.answer, p.cluster) for p in problems]  # once: both use it
+    generator, drawn_by = streams_for(ids, samples, temperature, stream, stream_seed)
     held = problems
     problems = [p for p in problems for _ in range(samples)]
     texts = complete(model, tokenizer, problems, max_new_tokens=max_new_tokens,
@@ -157,7 +160,7 @@ def evaluate(model, tokenizer, task, problems: list[Problem], *, max_new_tokens:
     return summarise(per_tier) | {
         "decoding": decoding_name(temperature, samples),
         "stream": stream if temperature > 0 else "greedy",
-        "records": sample_records(held, samples, correct, scores)}
+        "records": sample_records(held, samples, correct, scores, ids)}
 
 
 def decoding_name(temperature: float, samples: int) -> str:

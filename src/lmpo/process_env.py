@@ -102,6 +102,20 @@ def adapt_waits(env=None) -> bool:
     return True
 
 
+def set_torch_threads(threads: int) -> int:
+    """Set torch's intra-op threads to `threads`, at most the usable cores, and say in one
+    line (stderr) when other work leaves fewer free cores (`busy_warning`); the count set."""
+    import sys
+
+    import torch
+
+    torch.set_num_threads(min(threads, usable_cores()))
+    warning = busy_warning(torch.get_num_threads())
+    if warning:  # a team larger than the free cores spins at its barriers
+        print(warning, file=sys.stderr, flush=True)
+    return torch.get_num_threads()
+
+
 def describe() -> dict:
     """This process's threads, CPUs and thread environment (see the module docstring)."""
     import torch

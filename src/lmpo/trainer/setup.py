@@ -7,7 +7,6 @@ import contextlib
 import os
 import random
 import shutil
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,10 +133,7 @@ def restore_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, resume: bo
     ckpt = latest_intact_checkpoint(run_dir) if resume else None
     if resume:
         check_resumable(run_dir / "config.yaml", cfg)
-    torch.set_num_threads(min(cfg.threads, process_env.usable_cores()))
-    warning = process_env.busy_warning(torch.get_num_threads())
-    if warning:  # a team larger than the free cores spins at its barriers
-        print(warning, file=sys.stderr, flush=True)
+    process_env.set_torch_threads(cfg.threads)
     process_env.write(run_dir)
     torch.manual_seed(cfg.seed)
     run = build_run(cfg, run_dir, policy_dir, progress=progress)
