@@ -65,6 +65,14 @@ def run_arm(arm: str, level: str | None) -> str:
     return arm if level is None else f"{arm}@{level}"
 
 
+ONCE = "once"  # an arm's `levels: once`
+
+
+def name_at(arm: str, level: str | None, once) -> str:
+    """The run arm standing for `arm` at `level`: itself where it runs once."""
+    return arm if arm in once else run_arm(arm, level)
+
+
 def split_arm(name: str) -> tuple[str, str | None]:
     arm, _, level = name.partition("@")
     return arm, level or None

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.design.conditions import run_arm
+from lmpo.experiments.design.conditions import name_at
 from lmpo.experiments.stats.kinds.direction import Direction
 from lmpo.experiments.stats.kinds.threshold import Threshold
 
@@ -67,14 +67,14 @@ def at_strength(claim: dict) -> list[dict]:
 
 
 def split_claims(claim: dict, index: int, level: str | None,
-                 running: list[str] | None = None) -> list[dict]:
+                 running: list[str] | None = None, once=frozenset()) -> list[dict]:
     """A claim that names its first arm's `twin` (the method with only its mechanism
     removed), split in two descriptive rows beside it: the mechanism's part (method - twin)
     and the shared part (twin - baseline), each with its own interval. One that names an
     `anchor` (the first arm with the baseline's anchor, `rollout.old_logp`), likewise: the
     anchor's part (method - anchor-matched method) and the matched part (anchor-matched
     method - baseline). Each split where its arm runs at `level` (`running`: the arms that
-    do; None: all)."""
+    do; None: all; `once`: the arms that run once, outside the levels)."""
     if "twin" not in claim and "anchor" not in claim:
         return []
     (m, b) = claim["arms"][:2]
@@ -87,7 +87,7 @@ def split_claims(claim: dict, index: int, level: str | None,
         parts += [("anchor", (m, r)), ("matched", (r, b))]
     base = {k: v for k, v in claim.items() if k not in (
         "twin", "anchor", "comparator", "primary", "strength", "reanalysis")}
-    return [base | {"arms": [run_arm(x, level), run_arm(y, level)], "index": index,
+    return [base | {"arms": [name_at(x, level, once), name_at(y, level, once)], "index": index,
                     "level": level, "role": "descriptive", "descriptive": True,
                     "base_arms": [x, y], "split": part,
                     "sentence": f"{claim['sentence'].strip()} ({part} part: {x} - {y})"}

@@ -136,7 +136,7 @@ def gate(results: list[dict]) -> None:
         if r.get("role") == "premise":
             continue
         blocking = [p for p in premises if r.get("index") in p["gates"]
-                    and p.get("level") == r.get("level")
+                    and p.get("level") in (None, r.get("level"))
                     or (claim_kind(r["kind"]).over_levels and r.get("index") in p["gates"])]
         failed = [p for p in blocking if p["premise_status"] == FAILED]
         undecided = [p for p in blocking if p["premise_status"] == UNDECIDED]

@@ -45,7 +45,9 @@ from lmpo.experiments.design.conditions import (
     claim_levels,
     level_clashes,
     level_keys,
+    ONCE,
     level_names,
+    name_at,
     run_arm,
 )
 from lmpo.experiments.design.derived import at_strength, split_claims
@@ -66,7 +68,7 @@ class Arm:
     name: str
     preset: str
     overrides: dict = field(default_factory=dict)
-    levels: list[str] | None = None  # with conditions: the levels it runs at (None: all)
+    levels: list[str] | str | None = None  # the levels it runs at (None: all; "once")
     seed_offset: int = 0  # its run k trains with seed k + seed_offset (a premise's own seeds)
 
 
@@ -126,10 +128,15 @@ class Experiment:
             | ({"twins": True} if self.twins else {}) | {"warm_starts": self.warm_starts} \
             | ({"power": self.power} if self.power else {})
 
+    @property
+    def once(self) -> set[str]:
+        """The arms that run once, outside the condition axis (`levels: once`)."""
+        return {a.name for a in self.arms if a.levels == ONCE}
+
     def arm_levels(self, name: str) -> list[str | None]:
-        """The levels an arm runs at ([None] without conditions)."""
+        """The levels an arm runs at, or stands at ([None] without conditions)."""
         levels = self.arm(name).levels
-        return levels if levels is not None else level_names(self.conditions) or [None]
+        return levels if isinstance(levels, list) else level_names(self.conditions) or [None]
 
     def shared_levels(self, arms: list[str]) -> list[str | None]:
         """The levels every one of `arms` runs at, in the experiment's order."""
@@ -163,11 +170,14 @@ class Experiment:
         keeps its arms and gains `by_level`."""
         if self.flat:
             return self
-        names = level_names(self.conditions) or [None]
+        names, once = level_names(self.conditions) or [None], self.once
         arms = [Arm(run_arm(a.name, lv), a.preset, merge(
             a.overrides, self.conditions["levels"][lv]["overrides"]) if lv else a.overrides,
             seed_offset=a.seed_offset)
-            for lv in names for a in self.arms if lv in self.arm_levels(a.name)]
+            for lv in names for a in self.arms
+            if a.name not in once and lv in self.arm_levels(a.name)]
+        arms += [Arm(a.name, a.preset, a.overrides, seed_offset=a.seed_offset)
+                 for a in self.arms if a.name in once]
         primaries = any(c.get("primary") for c in self.claims)
         claims = []
         for i, claim in enumerate(self.claims):
@@ -175,23 +185,25 @@ class Experiment:
             if claim_kind(claim["kind"]).over_levels:
                 claims.append(claim | {"index": i, "level": None, "role": claim_role(
                     claim, primaries), "by_level": {
-                    lv: [run_arm(a, lv) for a in claim["arms"]] for lv in shared}})
+                    lv: [name_at(a, lv, once) for a in claim["arms"]] for lv in shared}})
                 continue
             for lv in self.claim_levels(claim, f"claims[{i}]"):
                 role = claim_role(claim, primaries, lv in (None, names[0]))
-                extra = {"comparator": run_arm(claim["comparator"], lv)} \
+                extra = {"comparator": name_at(claim["comparator"], lv, once)} \
                     if "comparator" in claim else {}
                 own = claim | extra | {
-                    "arms": [run_arm(a, lv) for a in claim["arms"]], "index": i, "level": lv,
+                    "arms": [name_at(a, lv, once) for a in claim["arms"]], "index": i, "level": lv,
                     "role": role, "base_arms": claim["arms"]}
                 claims += at_strength(own) + split_claims(
-                    claim, i, lv, [a.name for a in self.arms if lv in self.arm_levels(a.name)])
+                    claim, i, lv, [a.name for a in self.arms if lv in self.arm_levels(a.name)],
+                    once)
         for i, premise in enumerate(self.premises):  # judged per level, after the claims
             versus = premise.get("versus")
-            for lv in self.claim_levels(premise, f"premises[{i}]"):
+            alone = set(premise["arms"]) <= once  # judged once, gating every level
+            for lv in [None] if alone else self.claim_levels(premise, f"premises[{i}]"):
                 if versus is not None and lv == versus:
                     continue  # an arm against itself at `versus`: the other levels
-                reads = [run_arm(a, lv) for a in premise["arms"]] + (
+                reads = [name_at(a, lv, once) for a in premise["arms"]] + (
                     [run_arm(premise["arms"][0], versus)] if versus is not None else [])
                 named = premise["arms"] + ([f"{premise['arms'][0]}@{versus}"]
                                            if versus is not None else [])
@@ -334,18 +346,20 @@ def check_arms_against(exp: Experiment, where: str) -> None:
         raise ConfigError(f"{where}: frontier.pairs name arms that are not in the experiment: "
                           f"{', '.join(unknown)} (arms: {', '.join(a.name for a in arms)})")
     for arm in arms:
-        clash = level_clashes(exp.conditions, arm.overrides)
+        clash = [] if arm.levels == ONCE else level_clashes(exp.conditions, arm.overrides)
         if clash:
             raise ConfigError(f"{where}: arm {arm.name!r} sets {', '.join(clash)}, which the "
                               "condition levels set for every arm")
         names = level_names(exp.conditions)
+        if arm.levels == ONCE and names:
+            continue
         if arm.levels is not None and not (
                 names and isinstance(arm.levels, list) and arm.levels
                 and len(set(arm.levels)) == len(arm.levels)
                 and all(lv in names for lv in arm.levels)):
             raise ConfigError(f"{where}: arm {arm.name!r}: levels must list distinct levels "
-                              f"of the experiment's conditions ({', '.join(names) or 'none'}), "
-                              f"got {arm.levels!r}")
+                              f"of the experiment's conditions ({', '.join(names) or 'none'}) "
+                              f"or be {ONCE!r} (with conditions), got {arm.levels!r}")
 
 
 def check_claims_and_premises(exp: Experiment, premises, where: str) -> None:

@@ -131,7 +131,9 @@ def components(claim: dict, data: dict) -> dict | None:
             or not str(claim["metric"]).startswith("eval/accuracy") or not claim.get("n")
             or claim.get("role") == "premise"):
         return None
-    names = [f"{a}@{claim['level']}" if claim.get("level") else a for a in arms]
+    ran = {arm for arm, _ in data["runs"]}  # an arm that runs once stands at every level
+    names = [f"{a}@{claim['level']}" if claim.get("level") and a not in ran else a
+             for a in arms]
     seeds = list(claim["seeds"])[:claim["n"]]
     runs = [[data["runs"].get((name, s)) for s in seeds] for name in names]
     if any(r is None or not r.get("records") for arm in runs for r in arm):

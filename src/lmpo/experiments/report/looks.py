@@ -78,7 +78,7 @@ def held_looks(prepared: list[dict], plooks: dict[int, dict]) -> dict[int, set[i
         for j, look in plooks.items():
             premise = prepared[j]["claim"]
             if claim.get("index") not in premise.get("gates", []) or (
-                    premise.get("level") != claim.get("level")
+                    premise.get("level") not in (None, claim.get("level"))
                     and not claim_kind(claim["kind"]).over_levels):
                 continue
             out.setdefault(i, set()).update(

@@ -55,7 +55,7 @@ def check_tiers(name: str, cfg) -> None:
 
 def read_metrics(flat) -> list[tuple[str, str, list[str]]]:
     """(where, metric, the run arms it is read from) for every metric the experiment reads."""
-    out = []
+    out, ran = [], {a.name for a in flat.arms}
     for claim in flat.claims:
         where = f"claims[{claim['index']}]"
         arms = claim.get("arms", [])
@@ -68,7 +68,8 @@ def read_metrics(flat) -> list[tuple[str, str, list[str]]]:
             out.append((f"{where}.matched.x", claim["matched"]["x"], arms))
         level = claim.get("level")
         for i, entry in enumerate(claim.get("engaged", [])):
-            arm = entry["arm"] if level is None else f"{entry['arm']}@{level}"
+            arm = entry["arm"] if level is None or entry["arm"] in ran \
+                else f"{entry['arm']}@{level}"
             out.append((f"{where}.engaged[{i}]", entry["metric"], [arm]))
     if flat.frontier:
         every = [a.name for a in flat.arms]
