@@ -99,6 +99,26 @@ def test_a_reanalysis_says_so_in_its_label(tmp_path):
     assert "re-analysis" in shown_verdict(ratio_claim)
 
 
+def test_a_reanalysis_file_adds_strength_and_a_marked_note(tmp_path):
+    """reanalysis.yaml beside the sweep adds a claim's strength and a note, which the
+    report prints as a re-analysis; a note that is not a string is refused."""
+    from lmpo.errors import ConfigError
+    from lmpo.experiments.report.write import report
+
+    out = strength_sweep(tmp_path, 1.2, False)
+    (tmp_path / "reanalysis.yaml").write_text(
+        "claims:\n  0: {strength: {multiple: 10, fraction: 0.5}}\nnotes:\n  - length caps "
+        "nothing\n")
+    md = report(out)
+    text = md.read_text()
+    assert "**Note.** Re-analysis of the committed runs: length caps nothing" in text
+    rep = json.loads(md.with_suffix(".json").read_text())
+    assert rep["claims"][0]["reanalysis"] is True
+    (tmp_path / "reanalysis.yaml").write_text("notes: [{a: 1}]\n")
+    with pytest.raises(ConfigError, match="notes must be a list of strings"):
+        report(out)
+
+
 def test_a_malformed_strength_is_refused():
     from lmpo.errors import ConfigError
     from lmpo.experiments.design.claims import check_claim

@@ -33,6 +33,8 @@ def with_reanalysis(saved: dict, root: Path) -> dict:
         claims:            # by index in the saved experiment's claims
           0: {strength: {multiple: 10, fraction: 0.5}}
           1: {twin: is_pg}
+        notes:             # optional: what a re-analysis of the runs found, printed
+          - "..."          # after the experiment's own notes, marked as a re-analysis
 
     A claim that gains `strength` is marked `reanalysis: true` (its label says so). The
     run record itself (`sweep/experiment.yaml`) is never edited."""
@@ -41,7 +43,10 @@ def with_reanalysis(saved: dict, root: Path) -> dict:
     path = root.parent / REANALYSIS_FILE
     if not path.exists():
         return saved
-    extra = read_yaml_file(path, what="re-analysis").get("claims") or {}
+    data = read_yaml_file(path, what="re-analysis")
+    extra, notes = data.get("claims") or {}, data.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise ConfigError(f"{path}: notes must be a list of strings")
     claims = list(saved.get("claims") or [])
     for index, keys in extra.items():
         where = f"{path}: claims {index}"
@@ -55,7 +60,8 @@ def with_reanalysis(saved: dict, root: Path) -> dict:
                               f"got {bad}")
         claims[index] = claims[index] | keys | (
             {"reanalysis": True} if "strength" in keys else {})
-    return saved | {"claims": claims}
+    return saved | {"claims": claims} | ({"notes": list(saved.get("notes") or []) + [
+        f"Re-analysis of the committed runs: {n}" for n in notes]} if notes else {})
 
 
 def claim_key(c: dict) -> tuple:
