@@ -437,6 +437,21 @@ def test_random_stops_read_the_same_seeds_espo_run_which_runs_first(tmp_path,
     assert "the run it reads failed: espo-seed1" in by["random-seed1"].error
 
 
+def test_a_comparator_reading_an_arms_run_rides_on_that_arms_own_runs():
+    """Random stops that read ESPO's run, replayed on ESPO's own batches, read the run they
+    ride on ("@run"); on another arm's runs they cannot be replayed (no comparator)."""
+    from lmpo.experiments.design.comparators import OWN_RUN, own_curve
+
+    spec = {"controller": {"name": "random_stop", "hparams": {"reference": "@espo",
+                                                             "r_fail": -1.0}}}
+    assert own_curve(spec, "espo")["controller"]["hparams"] == {"reference": OWN_RUN,
+                                                                "r_fail": -1.0}
+    assert own_curve(spec, "espo@L1")["controller"]["hparams"]["reference"] == OWN_RUN
+    assert own_curve(spec, "ppo") == {}
+    loss = {"loss": {"name": "grpo", "hparams": {}}}
+    assert own_curve(loss, "ppo") == loss
+
+
 def test_a_reference_to_no_arm_is_refused_up_front(tmp_path, tiny_policy_dir):
     from lmpo.experiments.run.sweep import plan
 

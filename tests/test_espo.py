@@ -148,6 +148,24 @@ def test_variant_f_tracks_a_reference_runs_token_curve(tmp_path):
     assert "espo/reference_gap" not in RandomStop(savings=0.2).metrics()
 
 
+def test_variant_f_as_a_comparator_tracks_the_run_it_rides_on():
+    """reference "@run" (a same-batch comparator on ESPO's own run): the target at each
+    step is the run's own tokens/cumulative in the row it observes (here 3,000 a step,
+    the curve the run has made so far, not a file)."""
+    stopper = RandomStop(reference="@run", seed=1)
+    original = stopper.observe
+
+    def observe(row, step):  # the run's row carries its own cumulative tokens
+        original(row | {"tokens/cumulative": 3000.0 * step}, step)
+
+    stopper.observe = observe
+    rows = simulate(stopper, 80)
+    cum = sum(r["tokens/generated"] for r in rows)
+    assert cum == pytest.approx(3000.0 * 80, rel=0.03)
+    assert stopper.metrics()["espo/reference_gap"] == pytest.approx(
+        abs(cum - 3000.0 * 80) / (3000.0 * 80), rel=1e-9)
+
+
 def test_variant_f_stops_at_random_whatever_the_sequence():
     a, b = RandomStop(savings=0.3, hazard=0.2, seed=5), RandomStop(savings=0.3, hazard=0.2, seed=5)
     for e in (a, b):

@@ -60,6 +60,9 @@ def test_metric_reduction():
     assert reduce_metric(rows, "x", "first_k", k=2) == 2.0  # over the logged values
     assert reduce_metric(dip, "x", "max") == 6.0 and reduce_metric(dip[:3], "x", "max") == 4.0
     assert reduce_metric(dip, "x", "min") == 1.0 and reduce_metric(dip[:2], "x", "min") == 2.0
+    # max_last_k: the largest after a burn-in (4.0 in the first step is not in the last 3)
+    assert reduce_metric(dip, "x", "max_last_k", k=3) == 6.0
+    assert reduce_metric(dip[:4], "x", "max_last_k", k=3) == 3.0
     assert reduce_metric(dip, "x", "gain") == 6.0 - 4.0  # last minus first logged
     with pytest.raises(KeyError, match="'y' was never logged"):
         reduce_metric(rows, "y")

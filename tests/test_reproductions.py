@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from lmpo.config import merge
+from lmpo.experiments.design.conditions import name_at
 from lmpo.experiments.design.spec import arm_config, check_differs, load_experiment
 from lmpo.experiments.report.results import load, rendered
+from lmpo.experiments.run.sweep import resolve_references
 from lmpo.trainer.loop import train
 from tests.test_experiments import TINY_BASE
 from tests.test_trainer import for_tiny_tokenizer
@@ -91,6 +93,14 @@ MATCHED["espo4"] = MATCHED["espo"] | {"controller.hparams.savings"}
 MATCHED["real_cegppo4"] = MATCHED["real_cegppo"]
 MATCHED["real_drpo4"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
                          "loss.hparams.delta", "rollout.dtype", "rollout.bf16_boundary"}
+# The fifth editions: DRPO's delta along the axis (its comparators run once, DPPO's mask
+# thresholds its own), NVFP4 against bf16 for the premise arms; ESPO against random stops
+# that read its run's token curve
+MATCHED["drpo5"] = {"loss.name", "loss.hparams.eps_low", "loss.hparams.eps_high",
+                    "loss.hparams.delta", "loss.hparams.delta_low", "loss.hparams.delta_high",
+                    "loss.hparams.clip_ratio_c", "rollout.dtype", "rollout.old_logp"}
+MATCHED["espo5"] = MATCHED["espo"] - {"controller.hparams.stop_value"} | {
+    "controller.hparams.reference"}
 # Pairs inside an experiment and the only keys (by prefix) they may differ in: the matched
 # pairs of an experiment whose arms span two families differ in the loss alone; one method
 # under two conditions differs in the condition alone.
@@ -119,7 +129,13 @@ PAIRS = {"cegppo": [("grpo", "dapo", ("loss.hparams.eps_high",)), ("grpo", "cegp
          "espo4": [("espo", "espo_no_rfail", ("controller.hparams.",)),
                    ("ppo", "espo", ("controller.",)), ("espo", "espo_f", ("controller.",))],
          "real_cegppo4": [("grpo", "cegppo", LOSS), ("grpo", "grpo_premise", ())],
-         "real_drpo4": [("grpo", "drpo", LOSS), ("grpo", "grpo_premise", ())]}
+         "real_drpo4": [("grpo", "drpo", LOSS), ("grpo", "grpo_premise", ())],
+         "drpo5": [("grpo", "drpo", LOSS), ("is_pg", "drpo", LOSS), ("dppo", "drpo", LOSS),
+                   ("grpo", "grpo_rc", ("rollout.old_logp",)),
+                   ("drpo", "drpo_rc", ("rollout.old_logp",)), ("grpo", "grpo_premise", ()),
+                   ("grpo_premise", "grpo_premise_bf16", ("rollout.dtype",))],
+         "espo5": [("ppo", "espo", ("controller.",)), ("espo", "espo_tm", ("controller.",)),
+                   ("ppo", "ppo_premise", ())]}
 
 
 def test_every_experiment_is_listed_here():
@@ -134,7 +150,7 @@ def test_arms_differ_in_exactly_what_the_paper_changes(name):
     flat = exp.expand()  # with conditions, a pair is compared within each level it shares
     for a, b, keys in PAIRS.get(name, []):
         for level in exp.shared_levels([a, b]):
-            pair = [flat.arm(a if level is None else f"{x}@{level}") for x in (a, b)]
+            pair = [flat.arm(name_at(x, level, exp.once)) for x in (a, b)]
             sub = replace(flat, arms=pair)
             assert {k for k in check_differs(sub) if not k.startswith(keys)} == set(), (
                 a, b, level)
@@ -164,13 +180,15 @@ def test_every_arm_runs_two_steps_and_logs_what_its_claims_read(name, tiny_polic
     exp.base = merge(exp.base, tiny)
     exp.steps = 2
     exp = exp.expand()  # with conditions, every arm at every level it runs at
-    for arm in exp.arms:
+    for arm in exp.arms:  # in the sweep's order: an arm a controller reads ("@espo") first
         read = {m for c in exp.claims
                 if arm.name in c["arms"] + sum(c.get("by_level", {}).values(), [])
                 for m in (c["metric"], c.get("x")) if m}
         cfg = arm_config(exp, arm, seed=0, threads=1)
-        train(for_tiny_tokenizer(cfg), tmp_path / arm.name, progress=False)
-        rows = [json.loads(x) for x in (tmp_path / arm.name / "metrics.jsonl").open()]
+        resolve_references(cfg, exp, arm.name, 0, tmp_path)
+        run_dir = tmp_path / "runs" / arm.name / "seed0"
+        train(for_tiny_tokenizer(cfg), run_dir, progress=False)
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").open()]
         assert [r["step"] for r in rows] == [1, 2]
         logged = set().union(*rows)
         assert read <= logged, (arm.name, read - logged)

@@ -278,7 +278,8 @@ def describe_claim(claim: dict) -> str:
     m = claim["metric"] + {"last_k": f" (last {k})", "first_k": f" (first {k})",
                            "rebound": f" (rebound over {k})",
                            "last_over_first": f" (last {k} / first {k})",
-                           "max": " (max over the run)", "mean": " (mean over the run)",
+                           "max": " (max over the run)", "max_last_k": f" (max over the last {k})",
+                           "mean": " (mean over the run)",
                            "sum": " (summed over the run)"}.get(
         claim.get("reduce", "final"), "")
     if "matched" in claim:

@@ -24,6 +24,7 @@ from lmpo.experiments.design.keys import NEVER_COUNT, covered
 from lmpo.experiments.stats.kinds import claim_kind
 
 PART_SECTIONS = ("loss", "advantage", "controller")
+OWN_RUN = "@run"  # a comparator controller's reference to the run it rides on
 TWIN_PREFIX = "twin_"  # a method's ablated twin, as its comparator is named
 PART_KEYS = ("loss.name", "loss.hparams", "loss.agg", "advantage", "controller")
 
@@ -92,10 +93,25 @@ def comparator_log(exp, arm, data_of) -> dict:
             theirs = build(TrainConfig, data_of(exp.arm(other)))
         except ConfigError:
             continue
-        spec = comparator_spec(mine, theirs)
+        spec = own_curve(comparator_spec(mine, theirs), arm.name)
         if spec and replayable(mine, spec):
             comps[name] = spec
     return {"log": {"comparators": comps}} if comps else {}
+
+
+def own_curve(spec: dict, arm: str) -> dict:
+    """A comparator controller that reads an arm's run (`reference: "@espo"`), replayed on
+    that arm's own runs, reads the run it rides on (`"@run"`: its token curve so far);
+    on another arm's runs it cannot be replayed (no comparator)."""
+    ctl = spec.get("controller")
+    refs = {k: v for k, v in ((ctl or {}).get("hparams") or {}).items()
+            if isinstance(v, str) and v.startswith("@")}
+    if not refs:
+        return spec
+    if any(split_arm(arm)[0] != v[1:] and arm != v[1:] for v in refs.values()):
+        return {}
+    hparams = ctl["hparams"] | {k: OWN_RUN for k in refs}
+    return spec | {"controller": ctl | {"hparams": hparams}}
 
 
 def twin_log(mine) -> dict[str, dict]:

@@ -153,7 +153,8 @@ def resolve_references(cfg, flat, arm: str, seed: int, out: Path) -> list[str]:
     for key, value in dict(cfg.controller.hparams or {}).items():
         if not (isinstance(value, str) and value.startswith(REFERENCE)):
             continue
-        other = run_arm(value[len(REFERENCE):], split_arm(arm)[1])
+        named = value[len(REFERENCE):]  # an arm that runs once stands at every level
+        other = named if named in names else run_arm(named, split_arm(arm)[1])
         if other not in names or other == arm:
             raise ConfigError(f"experiment {flat.name!r}, arm {arm!r}: controller "
                               f"{key}: {value!r} names no other arm of this level; arms: "

@@ -33,8 +33,8 @@ ALPHA = 1 - LEVEL
 POWER = 0.8
 SEED = 0
 MIN_SEEDS = 3
-REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "min", "mean",
-            "sum", "gain")
+REDUCERS = ("final", "last_k", "first_k", "rebound", "last_over_first", "max", "max_last_k",
+            "min", "mean", "sum", "gain")
 WEAK = ("direction only", "inconclusive", "not met", "not shown")  # what underpowered replaces
 LABELS = ("insufficient seeds", "mechanism inert", "confounded", "not engaged", "holds",
           "contradicted", "negligible", "underpowered", *WEAK)  # in the order they are decided
@@ -67,7 +67,8 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     ("last_k") or of its first k ("first_k": an early window, e.g. a warm-up), how far the
     last k's mean sits above the lowest mean of k consecutive values anywhere in the run
     ("rebound": 0 for a trace that ends at its low), its ratio to the mean of the first k
-    ("last_over_first"), its largest or smallest value ("max": a spike; "min"), its mean
+    ("last_over_first"), its largest or smallest value ("max": a spike; "min"), its largest
+    over the last k ("max_last_k": a bound held at every step after a burn-in), its mean
     over the run ("mean") or its sum ("sum"); its last value minus its first ("gain": with
     the evaluation before training as the first row, what training added)."""
     values = [r[metric] for r in rows if metric in r and r[metric] is not None]
@@ -76,6 +77,7 @@ def reduce_metric(rows: list[dict], metric: str, reduce: str = "final", k: int =
     x = np.asarray(values, dtype=float)
     simple = {"final": lambda: x[-1], "last_k": lambda: x[-k:].mean(),
               "first_k": lambda: x[:k].mean(), "max": x.max,
+              "max_last_k": lambda: x[-k:].max(),
               "min": x.min, "mean": x.mean, "sum": x.sum,
               "last_over_first": lambda: x[-k:].mean() / x[:k].mean(),
               "gain": lambda: x[-1] - x[0]}

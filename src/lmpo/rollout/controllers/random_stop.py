@@ -11,6 +11,7 @@ import torch
 from lmpo.rollout.controllers.base import StopAccounting
 from lmpo.rollout.controllers.registry import CONTROLLERS
 
+OWN_RUN = "@run"  # as a comparator on the reference arm's own run: that run's curve
 STOP_DIAGNOSTICS = ("espo/stop_rate", "espo/savings_cum", "espo/false_positive_rate",
                     "espo/stop_position_mean")
 
@@ -54,7 +55,9 @@ class RandomStop(StopAccounting):
     that the cumulative generated tokens track a target: `(1 - savings) x` the
     tokens this run would have generated unstopped (measured by finishing the
     stopped copies), or the `tokens/cumulative` curve of a `reference` ESPO run
-    (extended at its last per-step rate if this run is longer).
+    (extended at its last per-step rate if this run is longer); `reference: "@run"`,
+    as a same-batch comparator on the reference arm's own run, tracks that run's curve
+    as it is made (its `tokens/cumulative` at each step).
     """
 
     needs_values = False
@@ -106,8 +109,9 @@ class RandomStop(StopAccounting):
 
     def observe(self, row: dict, step: int) -> None:
         super().observe(row, step)
-        target = self.target_tokens(step)
-        if self.curve is not None and target > 0:  # how far off the reference's curve
+        target = float(row["tokens/cumulative"]) if self.reference == OWN_RUN \
+            else self.target_tokens(step)  # OWN_RUN: the run it rides on, at this step
+        if self.reference is not None and target > 0:  # how far off the reference's curve
             self.reference_gap = abs(self.tokens_cum - target) / target
         if target > 0:
             error = (self.tokens_cum - target) / target  # > 0: too many tokens, stop more
@@ -118,7 +122,7 @@ class RandomStop(StopAccounting):
         """`espo/hazard`; with a `reference`, `espo/reference_gap`: |cumulative tokens -
         the reference's at this step| / the reference's, so a claim can hold the curves
         within a declared gap at every step (reduce: max), not only at the end."""
-        gap = {"espo/reference_gap": self.reference_gap} if self.curve is not None else {}
+        gap = {"espo/reference_gap": self.reference_gap} if self.reference is not None else {}
         return super().metrics() | {"espo/hazard": self.hazard} | gap
 
     _STATE = ("hazard",)  # the reference gap is recomputed by the next observe
