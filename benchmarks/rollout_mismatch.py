@@ -1,7 +1,7 @@
 """The training-inference mismatch of each rollout precision, per token, side by side.
 
-For each `rollout.dtype` (float32, bfloat16, float16, fp8_e4m3 and fp4_e2m1 each with
-weights only and with per-token activations: their default), the same prompts are sampled by lmpo's
+For each `rollout.dtype` (float32, bfloat16, float16, fp8_e4m3, fp4_e2m1 and mxfp8 each
+with weights only and with per-token activations: their default), the same prompts are sampled by lmpo's
 `RolloutModel` copy of the policy and every sampled token is scored again by the
 float32 policy (teacher-forced, as the update sees it). Reported: the mean and p99 of
 |log pi_rollout - log pi_float32| over the sampled tokens, and the ratio to bfloat16's
@@ -34,7 +34,8 @@ from lmpo.warmstart import resolve_policy
 VARIANTS = {"float32": ("float32", True), "bfloat16": ("bfloat16", True),
             "float16": ("float16", True), "fp8_e4m3_weights": ("fp8_e4m3", False),
             "fp8_e4m3": ("fp8_e4m3", True), "fp4_e2m1_weights": ("fp4_e2m1", False),
-            "fp4_e2m1": ("fp4_e2m1", True)}
+            "fp4_e2m1": ("fp4_e2m1", True), "mxfp8_weights": ("mxfp8", False),
+            "mxfp8": ("mxfp8", True)}
 
 
 def mismatch(policy, tok, prompts, dtype, activations, max_new, seed, scorer=None,

@@ -119,7 +119,7 @@ def last_logits(model, ids, fast: bool):
         return model(input_ids=ids, attention_mask=mask).logits[:, -1].float()
 
 
-@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp4_e2m1"])
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp4_e2m1", "mxfp8"])
 def test_both_decode_paths_quantise_the_same_activations(tiny_policy_dir, dtype):
     """The fast decoder and the model's own forward (hooks) quantise the same inputs. Run
     in float32 (the copy's FP8 weights are exact there) so that reordering noise is ~1e-6:
@@ -134,7 +134,7 @@ def test_both_decode_paths_quantise_the_same_activations(tiny_policy_dir, dtype)
     assert (last_logits(w8, ids, True) - fast).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("dtype", ["float16", "fp8_e4m3", "fp4_e2m1"])
+@pytest.mark.parametrize("dtype", ["float16", "fp8_e4m3", "fp4_e2m1", "mxfp8"])
 def test_the_mismatch_diagnostic_equals_a_float64_recompute(tiny_policy_dir, dtype):
     policy, tok = load_policy(tiny_policy_dir)
     r = rollout_gap(policy, tok, RolloutModel(policy, dtype)(), True)

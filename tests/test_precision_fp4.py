@@ -152,8 +152,8 @@ def test_the_bf16_boundary_needs_a_quantised_rollout(tiny_policy_dir):
     from lmpo.config import ConfigError, load_config
     from lmpo.trainer.train_config import TrainConfig
 
-    with pytest.raises(ConfigError, match="rollout.bf16_boundary .* needs rollout.dtype "
-                                          "fp8_e4m3 or fp4_e2m1, got bfloat16"):
+    with pytest.raises(ConfigError, match="rollout.bf16_boundary .* needs one of rollout.dtype "
+                                          "fp8_e4m3, fp4_e2m1, mxfp8, got bfloat16"):
         load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}", "rollout.dtype=bfloat16",
                                           "rollout.bf16_boundary=true"]).validate()
 

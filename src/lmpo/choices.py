@@ -2,7 +2,7 @@
 (`lmpo.trainer.train_config`), its validation and the modules that act on a value all
 read them from here."""
 
-ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp4_e2m1")
+ROLLOUT_DTYPES = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp4_e2m1", "mxfp8")
 UPDATE_DTYPES = ("float32", "bfloat16")
 SAMPLER_KINDS = ("shuffled", "clustered", "easy_to_hard")
 KL_KINDS = ("k1", "k2", "k3", "abs", "k1+", "k3+", "abs+")

@@ -67,9 +67,9 @@ OPTIONS = (
     Option("rollout.max_gen_batches", "refill to a full batch (DAPO)",
            "verl DAPO recipe `filter_groups.max_num_gen_batches`",
            "generation rounds per step to refill dropped groups"),
-    Option("rollout.dtype", "FP8 / FP4 (NVFP4) / bf16 rollouts (training-inference "
-           "mismatch)", "the inference engine's precision", "samples from a low-precision "
-           "copy of the policy"),
+    Option("rollout.dtype", "FP8 / FP4 (NVFP4) / MXFP8 / bf16 rollouts (training-inference "
+           "mismatch)", "the inference engine's precision; MXFP8: verl #7519",
+           "samples from a low-precision copy of the policy"),
     Option("rollout.bf16_boundary", "boundary layers in bf16 (NVFP4 recipes)",
            "verl #7971, NeMo-RL #3566", "keeps the first and last layers and the LM head out "
            "of FP4 / FP8"),

@@ -24,6 +24,16 @@ older version, refreshed before every rollout (the update always stays float32).
   (dynamic) where engines use a calibrated one per tensor: a sample then does not depend
   on its batch, and both decode paths quantise alike.
 
+- `mxfp8`: a simulated MXFP8 engine (W8A8 microscaling, verl #7519's rollout: the linear
+  layers inside the decoder in MXFP8, embeddings, norms, attention and the LM head in
+  bf16), on the same layers as FP8. Each weight row is cut into blocks of 32 values
+  along the input dimension (the GEMM's reduction dimension), each block sharing one
+  power-of-two (E8M0) scale; the values are e4m3 (round to nearest even). The scale is
+  2^ceil(log2(amax / 448)) (Transformer Engine's quantiser, which verl's MXFP8 sync uses:
+  the block's largest value never saturates); the OCP MX v1.0 specification's
+  2^(floor(log2 amax) - 8) can put it up to 2x higher, where it saturates at 448. With
+  `rollout.fp8_activations` the layers' inputs get the same blocks per token.
+
 `rollout.bf16_boundary` keeps the first and the last decoder layers in bfloat16 under
 either format (weights and inputs), as NVFP4 training recipes do.
 """
@@ -37,7 +47,7 @@ from torch import nn
 
 from lmpo.errors import ConfigError
 
-QUANTISED = ("fp8_e4m3", "fp4_e2m1")  # the dtypes that quantise the decoder's linears
+QUANTISED = ("fp8_e4m3", "fp4_e2m1", "mxfp8")  # the dtypes that quantise the decoder's linears
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
 TINY = 1e-12  # the smallest amax a scale divides by (an all-zero row stays zero)
@@ -87,13 +97,37 @@ def fake_quant_nvfp4(x: torch.Tensor, per_row: bool = False) -> torch.Tensor:
     return out[..., :k].to(x.dtype)
 
 
+MX_BLOCK = 32
+E8M0_MIN, E8M0_MAX = -127, 127  # the power-of-two exponents an E8M0 scale holds
+
+
+def fake_quant_mxfp8(x: torch.Tensor) -> torch.Tensor:
+    """`x` quantised to MXFP8 along its last dimension and dequantised, in `x`'s dtype:
+    blocks of 32 (the last one zero-padded), each with the scale 2^ceil(log2(amax / 448))
+    (E8M0, clamped to 2^-127..2^127; an all-zero block keeps the smallest) and its
+    values in e4m3."""
+    xf = x.float()
+    k = xf.shape[-1]
+    pad = -k % MX_BLOCK
+    if pad:
+        xf = torch.nn.functional.pad(xf, (0, pad))
+    blocks = xf.reshape(*xf.shape[:-1], -1, MX_BLOCK)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    exponent = torch.ceil(torch.log2(amax / E4M3_MAX)).nan_to_num(
+        nan=E8M0_MIN, neginf=E8M0_MIN).clamp(E8M0_MIN, E8M0_MAX)
+    scale = torch.exp2(exponent)
+    out = ((blocks / scale).to(E4M3).float() * scale).reshape(xf.shape)
+    return out[..., :k].to(x.dtype)
+
+
 def _nvfp4_rows(x: torch.Tensor) -> torch.Tensor:
     return fake_quant_nvfp4(x, per_row=True)
 
 
 # dtype -> (the weight's quantise-dequantise, the input's)
 QUANTISERS = {"fp8_e4m3": (lambda w: fake_quant_e4m3(w, dim=1), fake_quant_e4m3),
-              "fp4_e2m1": (fake_quant_nvfp4, _nvfp4_rows)}
+              "fp4_e2m1": (fake_quant_nvfp4, _nvfp4_rows),
+              "mxfp8": (fake_quant_mxfp8, fake_quant_mxfp8)}
 
 
 def quantised_layers(model: nn.Module, bf16_boundary: bool = False) -> list[int]:
@@ -101,7 +135,7 @@ def quantised_layers(model: nn.Module, bf16_boundary: bool = False) -> list[int]
     `bf16_boundary` all but the first and the last (NVFP4 recipes keep those in bf16)."""
     layers = getattr(getattr(model, "model", model), "layers", None)
     if layers is None:
-        raise ValueError("rollout.dtype fp8_e4m3/fp4_e2m1 need a decoder with .model.layers "
+        raise ValueError("rollout.dtype fp8_e4m3/fp4_e2m1/mxfp8 need a decoder with .model.layers "
                          f"(a Llama-style model); got {type(model).__name__}")
     if not bf16_boundary:
         return list(range(len(layers)))

@@ -95,18 +95,19 @@ class RolloutConfig:
     """With dynamic_sampling: generation rounds per step to refill the batch with varied
     groups (over-sampling, verl's max_num_gen_batches); 1 = drop without refill."""
     dtype: str = dom("float32", one_of(ROLLOUT_DTYPES))
-    """float32 | bfloat16 | float16 | fp8_e4m3 | fp4_e2m1: sample with a copy of the policy
+    """float32 | bfloat16 | float16 | fp8_e4m3 | fp4_e2m1 | mxfp8: sample with a copy of the policy
     in this precision (the update stays float32): a training-inference mismatch, as
     low-precision inference engines create. fp8_e4m3 simulates an FP8 engine: e4m3 weights
     with per-output-channel scales in the decoder's linear layers, bfloat16 elsewhere;
-    fp4_e2m1 an NVFP4 one (16-value blocks with e4m3 scales) on the same layers
+    fp4_e2m1 an NVFP4 one (16-value blocks with e4m3 scales) on the same layers, mxfp8
+    an MXFP8 one (32-value blocks of e4m3 with power-of-two scales)
     (lmpo.rollout.precision, docs/precision.md)."""
     fp8_activations: bool = True
-    """fp8_e4m3 and fp4_e2m1: also quantise the input of every quantised linear layer, per
+    """fp8_e4m3, fp4_e2m1 and mxfp8: also quantise the input of every quantised linear layer, per
     token (W8A8 / W4A4, as FP8 and NVFP4 serving do); false = weights only (W8A16 /
     W4A16)."""
     bf16_boundary: bool = False
-    """fp8_e4m3 and fp4_e2m1: keep the first and the last decoder layers in bfloat16 (their
+    """fp8_e4m3, fp4_e2m1 and mxfp8: keep the first and the last decoder layers in bfloat16 (their
     weights and inputs unquantised), as NVFP4 recipes do (the LM head and the embeddings
     always stay bfloat16); needs >= 3 decoder layers."""
     staleness: int = dom(0, "int [0, inf)")

@@ -115,7 +115,7 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
         (r.max_gen_batches == 1 or r.dynamic_sampling,
          f"rollout.max_gen_batches {r.max_gen_batches} refills dynamic sampling's batch: it "
          "needs rollout.dynamic_sampling and the group family"),
-        (r.dtype not in ("fp8_e4m3", "fp4_e2m1") or cfg.lora.r == 0,
+        (r.dtype not in QUANTISED or cfg.lora.r == 0,
          f"rollout.dtype {r.dtype} quantises the decoder's linear layers: not with LoRA "
          "adapters (lora.r > 0); use bfloat16 or float16"),
         (r.batch_size // max(r.group_size, 1) <= r.pool_size,
@@ -124,8 +124,8 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
          "train on the whole pool, not the batch asked for): lower rollout.batch_size or "
          "raise rollout.pool_size"),
         (not r.bf16_boundary or r.dtype in QUANTISED,
-         f"rollout.bf16_boundary keeps layers out of FP8/FP4 quantisation: it needs "
-         f"rollout.dtype fp8_e4m3 or fp4_e2m1, got {r.dtype}"),
+         f"rollout.bf16_boundary keeps layers out of FP8/FP4 quantisation: it needs one of "
+         f"rollout.dtype {', '.join(QUANTISED)}, got {r.dtype}"),
         (r.correction.kind is not None or not r.correction.hparams,
          f"rollout.correction.hparams {r.correction.hparams} need a rollout.correction.kind"),
         (not (r.correction.chain and (r.correction.kind or r.correction.hparams)),
