@@ -60,11 +60,11 @@ def pair_breakdown(runs: Path, a: str, b: str) -> dict:
         tok.append(mean[a][TOK] / mean[b][TOK])
         length.append(mean[a][LEN] / mean[b][LEN])
         for i in range(3):
-            def within(arm, i=i):
-                lo, hi = ([-np.inf, *cuts][i], [*cuts, np.inf][i])
-                v = [r[SEQ] for r in rows[(arm, s)] if lo <= r[LEN] < hi]
-                return np.mean(v) if v else np.nan
-            bins[i].append(within(a) / within(b))
+            lo, hi = [-np.inf, *cuts][i], [*cuts, np.inf][i]
+            within = {arm: [r[SEQ] for r in rows[(arm, s)] if lo <= r[LEN] < hi]
+                      for arm in (a, b)}
+            bins[i].append(np.mean(within[a]) / np.mean(within[b])
+                           if within[a] and within[b] else np.nan)
     edges = [float(every.min()), *map(float, cuts), float(every.max())]
     return {"pair": f"{a} / {b}", "seeds": len(seeds), "last_steps": WINDOW,
             "per_sequence_ratio": interval(seq), "per_token_ratio": interval(tok),

@@ -41,11 +41,11 @@ from lmpo.config import merge, read_yaml
 from lmpo.errors import ConfigError
 from lmpo.experiments.design.claims import claim_role
 from lmpo.experiments.design.conditions import (
+    ONCE,
     check_conditions,
     claim_levels,
     level_clashes,
     level_keys,
-    ONCE,
     level_names,
     name_at,
     run_arm,
