@@ -1,8 +1,8 @@
 """The training-inference mismatch of each rollout precision, per token, side by side.
 
-For each `rollout.dtype` (float32, bfloat16, float16, fp8_e4m3, fp4_e2m1 and mxfp8 each
-with weights only and with per-token activations: their default), the same prompts are sampled by lmpo's
-`RolloutModel` copy of the policy and every sampled token is scored again by the
+For each `rollout.dtype` (float32, bfloat16, float16, fp8_e4m3, fp4_e2m1 and mxfp8, each
+with weights only and with per-token activations: their default), the same prompts are
+sampled by lmpo's `RolloutModel` copy of the policy and every sampled token is scored again by the
 float32 policy (teacher-forced, as the update sees it). Reported: the mean and p99 of
 |log pi_rollout - log pi_float32| over the sampled tokens, and the ratio to bfloat16's
 mean. Policies: the nano warm start (`nano-chain-sum`, the testbed) and SmolLM2-135M-

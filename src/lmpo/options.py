@@ -23,6 +23,10 @@ OPTIONS = (
            "TRL `off_policy_mask_threshold`; slime `--use-opsm`",
            "drops negative-advantage responses whose KL to the rollout policy exceeds the "
            "threshold, for any loss"),
+    Option("loss.vaco_threshold", "VACO, sequence mask on binary divergence (arXiv 2603.01365)",
+           "open-instruct `rho_divergence_algo: vaco` (#1755)",
+           "drops the tokens of a response whose mean binary TV (or KL) between pi_old and the "
+           "sampler exceeds the threshold that move away from the sampler, for any loss"),
     Option("loss.top_entropy_quantile", "the 80/20 rule (Beyond the 80/20 Rule)",
            "TRL `top_entropy_quantile`",
            "trains only on the minibatch's highest-entropy tokens (q = 0.2 in the paper)"),

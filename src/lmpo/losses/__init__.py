@@ -11,7 +11,7 @@ import pkgutil
 
 from lmpo.losses.base import OR_MARGIN, check_inputs, displacement_metrics
 from lmpo.losses.kl import KL_KINDS, kl_penalty
-from lmpo.losses.masks import off_policy_sequence_mask
+from lmpo.losses.masks import binary_divergence, off_policy_sequence_mask, sequence_divergence_mask
 from lmpo.losses.registry import LOSSES
 from lmpo.losses.value import value_loss
 from lmpo.masked import AGG_MODES, aggregate
@@ -72,6 +72,6 @@ def default_aggregation(name: str) -> str:
 __all__ = [
     "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "check_inputs", "default_aggregation",
     "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams", "loss_meta",
-    "off_policy_sequence_mask", "peer_hparams",
+    "off_policy_sequence_mask", "sequence_divergence_mask", "binary_divergence", "peer_hparams",
     "value_loss",
 ]

@@ -5,6 +5,12 @@ report's Eq. 9), TRL's `off_policy_mask_threshold` and slime's `--use-opsm`: a r
 whose tokens moved, on average, more than `threshold` in KL(pi_sampler || pi) is left out
 of the loss where its advantage is negative (it would push down what the current policy
 no longer samples); tokens with A >= 0 always stay.
+
+`sequence_divergence_mask`: VACO's sequence mask (arXiv 2603.01365, as open-instruct
+implements it: PR #1681, generalised in #1755 as `rho_divergence_algo: vaco`): a response
+whose mean per-token *binary* divergence between the anchor pi_old and the sampler mu
+exceeds `delta` leaves the loss, token by token where the token moved away from the
+sampler in its advantage's direction (directional, the PR's default) or whole.
 """
 
 from __future__ import annotations
@@ -32,3 +38,54 @@ def off_policy_sequence_mask(logp, sampler_logp, adv, mask, threshold: float):
     metrics = {"opsm/masked_frac": float((valid & (keep == 0)).sum()) / max(int(valid.sum()), 1),
                "opsm/seq_kl_mean": float(seq_kl[rows].mean()) if rows.any() else 0.0}
     return keep, metrics
+
+
+DIVERGENCES = ("tv", "kl")
+
+
+def binary_divergence(old_logp, sampler_logp, kind: str = "tv"):
+    """Per token, in float64: the divergence between two Bernoullis over {the sampled
+    token, every other}, with p = pi_old(y_t), q = mu(y_t) (each clamped into [eps, 1 -
+    eps]): TV |q - p|, or KL(mu || pi_old) = q log(q / p) + (1 - q) log((1 - q) / (1 - p))
+    (at least 0). DPPO's Eqs. 13/14; a lower bound on the full distributions' divergence
+    that needs no pass over the vocabulary."""
+    if kind not in DIVERGENCES:
+        raise ValueError(f"unknown binary divergence {kind!r}; valid: {', '.join(DIVERGENCES)}")
+    eps = torch.finfo(torch.float64).eps
+    p = old_logp.detach().double().clamp(max=0.0).exp().clamp(eps, 1 - eps)
+    q = sampler_logp.detach().double().clamp(max=0.0).exp().clamp(eps, 1 - eps)
+    if kind == "tv":
+        return (q - p).abs()
+    return (q * (q.log() - p.log()) + (1 - q) * (torch.log1p(-q) - torch.log1p(-p))).clamp(min=0)
+
+
+def sequence_divergence_mask(old_logp, sampler_logp, adv, mask, delta: float,
+                             kind: str = "tv", directional: bool = True):
+    """(keep [B, T] in old_logp's dtype, metrics): VACO's mask.
+
+        D_i = sum_t d_t m_t / max(sum_t m_t, 1),  d_t = binary_divergence(pi_old, mu)_t
+        drop_t = D_i > delta  and (not directional or sign(log pi_old - log mu)_t A_t > 0)
+
+    Directional: inside a divergent response only the tokens whose update would move the
+    policy further from the sampler (pi_old above mu and A > 0, or below and A < 0) leave
+    the loss; A = 0 or pi_old = mu keeps a token. `adv` is [B] or [B, T]; `keep` is 1 off
+    the mask. Metrics: the share of valid tokens masked (`vaco/masked_frac`), of responses
+    over delta (`vaco/seq_over_frac`), and the mean D_i (`vaco/seq_div_mean`)."""
+    m = mask.double()
+    d = binary_divergence(old_logp, sampler_logp, kind) * m
+    seq = d.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    over = seq > delta
+    adv = adv[:, None] if adv.dim() == 1 else adv
+    drop = over.expand_as(d)
+    if directional:
+        away = torch.sign(old_logp.detach().double() - sampler_logp.detach().double()) \
+            * adv.detach().double() > 0
+        drop = drop & away
+    valid = mask.bool()
+    drop = drop & valid
+    rows = valid.any(-1)
+    metrics = {"vaco/masked_frac": float(drop.sum()) / max(int(valid.sum()), 1),
+               "vaco/seq_over_frac": float(over[:, 0][rows].double().mean())
+               if rows.any() else 0.0,
+               "vaco/seq_div_mean": float(seq[:, 0][rows].mean()) if rows.any() else 0.0}
+    return (~drop).to(old_logp.dtype), metrics

@@ -29,6 +29,8 @@ class TrainBatch:
     pre_update: torch.Tensor | None = None  # [B, T] float32 log-probs before the update,
     # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
     pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
+    sampler_logp: torch.Tensor | None = None  # [B, T] the sampler's own log-probs, where a
+    # mask reads them beside pre_update (loss.vaco_threshold)
     is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
     update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
     # resp_mask): the loss, its token counts and the value loss use it

@@ -25,7 +25,13 @@ from typing import ClassVar
 
 import torch
 
-from lmpo.losses import aggregate, kl_penalty, off_policy_sequence_mask, value_loss
+from lmpo.losses import (
+    aggregate,
+    kl_penalty,
+    off_policy_sequence_mask,
+    sequence_divergence_mask,
+    value_loss,
+)
 from lmpo.models.forward import critic_values
 
 
@@ -57,6 +63,24 @@ class OffPolicyMask:
         keep, out = off_policy_sequence_mask(x.logp, x.batch.old_logp[x.idx], x.batch.adv[x.idx],
                                              x.m, self.threshold)
         return loss_tok * keep, out
+
+
+@dataclass
+class VacoMask:
+    """loss.vaco_threshold: VACO's sequence mask on pi_old vs the sampler, any loss."""
+
+    threshold: float
+    kind: str = "tv"
+    directional: bool = True
+    metrics: tuple = ("loss/vaco/masked_frac", "loss/vaco/seq_over_frac",
+                      "loss/vaco/seq_div_mean")
+
+    def apply(self, loss_tok, x: Micro) -> tuple[torch.Tensor, dict]:
+        b = x.batch
+        keep, out = sequence_divergence_mask(b.pre_update[x.idx], b.sampler_logp[x.idx],
+                                             b.adv[x.idx], x.m, self.threshold, self.kind,
+                                             self.directional)
+        return loss_tok * keep.to(loss_tok.dtype), out
 
 
 @dataclass
@@ -229,6 +253,9 @@ def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
     masks: list = []
     if cfg.loss.off_policy_mask_threshold is not None:
         masks.append(OffPolicyMask(cfg.loss.off_policy_mask_threshold))
+    if cfg.loss.vaco_threshold is not None:
+        masks.append(VacoMask(cfg.loss.vaco_threshold, cfg.loss.vaco_divergence,
+                              cfg.loss.vaco_directional))
     masks.append(ISWeights())
     if cfg.loss.top_entropy_quantile < 1.0:
         masks.append(TopEntropyMask(cfg.loss.top_entropy_quantile))

@@ -158,7 +158,9 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
     if paths:  # its log-probs are the recompute's, bit for bit: one pass serves both
         with torch.no_grad(), autocast(cfg, device):
             path_stats = forward_path_stats(state.policy, ids, mask, resp_ids, temperature)
-    if (cfg.rollout.old_logp == "recompute" or differs or correction is not None
+    vaco = cfg.loss.vaco_threshold is not None  # reads pi_old (the recompute) and mu
+    sampler_logp = old_logp if vaco else None
+    if (cfg.rollout.old_logp == "recompute" or differs or correction is not None or vaco
             or diagnostic_step(step, cfg)):
         if path_stats is not None and not differs:
             recomputed, entropy = path_stats[0], None
@@ -188,6 +190,7 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
     return TrainBatch(ids, mask, resp_ids, resp_mask, old_logp, adv=None,
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
                       pre_update=pre_update, pre_entropy=pre_entropy,
+                      sampler_logp=sampler_logp,
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=update_mask,
                       correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),

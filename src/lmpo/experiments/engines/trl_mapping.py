@@ -36,6 +36,8 @@ def trl_refusals(cfg) -> list[str]:
          f"kl.mode={cfg.kl.mode}, kl.kind={cfg.kl.kind}", "TRL's beta is a k3 loss term"),
         (cfg.loss.nll_coef != 0, f"loss.nll_coef={cfg.loss.nll_coef}",
          "TRL's loss has no NLL term"),
+        (cfg.loss.vaco_threshold is not None, f"loss.vaco_threshold={cfg.loss.vaco_threshold}",
+         "TRL has no VACO sequence mask (open-instruct's)"),
         (cfg.lora.r > 0, f"lora.r={cfg.lora.r}", "pass a PEFT model to TRL yourself"),
         (cfg.reward.overlong.buffer_len > 0, "reward.overlong",
          "TRL has no overlong penalty (write it as a reward function)"),
