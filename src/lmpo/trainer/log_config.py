@@ -35,6 +35,12 @@ class LogConfig:
     """On steps 1, 1+N, ...: KL to the reference, KL between consecutive policies (float32,
     before and after the update), the rollout's log-prob mismatch and the post-update
     diag/*_after diagnostics (one extra forward pass over the batch each)."""
+    full_mismatch: bool = False
+    """On diagnostic steps where the sampler is not the float32 policy (a low-precision or
+    stale rollout): also the vocabulary-wide gap between the two next-token distributions
+    at the sampled positions, rollout/full_tv and rollout/full_kl (KL(sampler || policy)),
+    beside rollout/logp_mismatch's sampled-token one (SkyRL #2201; one more pass of each
+    model over the batch, chunked)."""
     tensorboard: bool = True
     wandb: dict[str, Any] | None = None
     """Weights & Biases next to TensorBoard: {project, mode (offline by default), dir, name,

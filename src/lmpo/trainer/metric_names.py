@@ -94,6 +94,8 @@ def declared(cfg) -> list[str]:
                   "reward/rm_running_std"]
     if cfg.reward.extra:
         names.append("reward/fn/*")
+    if cfg.log.full_mismatch:
+        names += ["rollout/full_tv", "rollout/full_kl"]
     if cfg.log.entropy_head_tokens:
         names.append("policy/entropy_head")
     names += [f"shadow/{name}/*" for name in cfg.log.comparators]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.masked import masked_mean
-from lmpo.models.forward import forward_logprobs, forward_path_stats
+from lmpo.models.forward import distribution_gap, forward_logprobs, forward_path_stats
 from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
@@ -171,6 +171,8 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
         if differs:  # the trained policy's entropy, not the rollout copy's
             pre_entropy = entropy * resp_mask
         row |= mismatch_metrics(old_logp, recomputed, resp_mask)
+        if differs and cfg.log.full_mismatch and diagnostic_step(step, cfg):
+            row |= full_mismatch(run, ids, mask, resp_ids, resp_mask)
         pre_update = recomputed * resp_mask
         if correction is not None:  # log pi_train - log pi_rollout, whatever anchors the ratio
             fixed = correction((recomputed - old_logp) * resp_mask, resp_mask)
@@ -196,6 +198,15 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
                       correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),
                       kl_coef=None if state.schedules is None else state.schedules.kl_coef(),
                       paths=path_stats), row
+
+
+def full_mismatch(run: Run, ids, mask, resp_ids, resp_mask) -> dict:
+    """rollout/full_tv and rollout/full_kl: the masked means of `distribution_gap` between
+    the model that sampled this batch and the float32 policy."""
+    tv, kl = distribution_gap(run.rt.rollout_model.copy, run.state.policy, ids, mask,
+                              resp_ids, run.cfg.rollout.temperature)
+    return {"rollout/full_tv": float(masked_mean(tv, resp_mask)),
+            "rollout/full_kl": float(masked_mean(kl, resp_mask))}
 
 
 def diagnostic_step(step: int, cfg) -> bool:
