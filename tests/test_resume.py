@@ -61,10 +61,11 @@ SHADOWS = ("log.comparators={ebpo_fast: {advantage: {name: ebpo, hparams: {decay
            "cispo: {loss: {name: cispo}}}",)
 
 
-# adaptive KL and entropy coefficients (lmpo.trainer.schedules), checkpointed with the run
+# adaptive KL and entropy coefficients (lmpo.trainer.schedules), checkpointed with the run,
+# and a reference mixed toward the policy every 2 steps (kl.ref_sync_every): its weights too
 SCHEDULED = ("kl.coef=0.05", "kl.schedule={name: adaptive_kl, hparams: {target_kl: 1.0e-4, "
              "horizon: 30}}", "optim.minibatches=2", "optim.entropy_schedule={name: "
-             "adaptive_entropy, hparams: {target: 100.0, delta: 0.003}}")
+             "adaptive_entropy, hparams: {target: 100.0, delta: 0.003}}", "kl.ref_sync_every=2")
 
 
 @pytest.mark.parametrize("preset,crashes,extra", [
@@ -102,6 +103,7 @@ def test_crash_and_resume_reproduces_the_uninterrupted_run(preset, crashes, extr
         assert len({r["schedule/kl_coef"] for r in got}) == STEPS
         assert [r["schedule/entropy_coef"] for r in got] == pytest.approx(
             [0.006 * (i + 1) for i in range(STEPS)])
+        assert [r["kl/ref_syncs"] for r in got] == [0, 1, 1, 2, 2, 3]
     a, b = weights(full), weights(crashed)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert json.loads((crashed / "eval.json").read_text()) == json.loads(

@@ -326,6 +326,33 @@ def test_entropy_and_length_settings_become_trls_own(tmp_path):
                      tmp_path).mask_truncated_completions is True
 
 
+def test_the_reference_sync_is_trls_own(tmp_path):
+    """kl.ref_sync_every / ref_sync_alpha: GRPOConfig's sync_ref_model keys (its steps in
+    optimiser steps), and lmpo's mix equal to TRL's SyncRefModelCallback, bit for bit."""
+    import torch
+    from trl.trainer.callbacks import SyncRefModelCallback
+
+    from lmpo.config import load_config
+    from lmpo.integrations.trl_run import grpo_args
+    from lmpo.trainer.ref_sync import ReferenceSync
+    from lmpo.trainer.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, "grpo", ["kl.coef=0.04", "kl.ref_sync_every=3",
+                                            "kl.ref_sync_alpha=0.3", "optim.minibatches=2"])
+    args = grpo_args(cfg, tmp_path)
+    assert (args.sync_ref_model, args.ref_model_sync_steps, args.ref_model_mixup_alpha) == \
+        (True, 6, 0.3)
+    assert grpo_args(load_config(TrainConfig, "grpo"), tmp_path).sync_ref_model is False
+    torch.manual_seed(0)
+    policy, ref = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    theirs = torch.nn.Linear(4, 3)
+    theirs.load_state_dict(ref.state_dict())
+    ReferenceSync(ref, policy, every=1, alpha=0.3).step_end(1)
+    SyncRefModelCallback._sync_target_model(policy, theirs, 0.3)  # without deepspeed
+    assert all(torch.equal(a, b) for a, b in zip(ref.parameters(), theirs.parameters(),
+                                                 strict=True))
+
+
 def test_the_readmes_trl_quick_start_runs_as_pasted(tmp_path, monkeypatch):
     """README's TRL block, executed literally in an empty folder: two GRPO steps with the
     DRPO loss (its delta from lmpo_loss_hparams) and Dr. GRPO's advantages."""

@@ -77,6 +77,9 @@ OPTIONS = (
     Option("rollout.bf16_boundary", "boundary layers in bf16 (NVFP4 recipes)",
            "verl #7971, NeMo-RL #3566", "keeps the first and last layers and the LM head out "
            "of FP4 / FP8"),
+    Option("kl.ref_sync_every", "reference sync / soft update (TR-DPO)",
+           "TRL `sync_ref_model`, `ref_model_sync_steps`, `ref_model_mixup_alpha`",
+           "moves the KL's reference toward the policy every N steps; checkpointed"),
     Option("log.full_mismatch", "vocabulary-wide training-inference mismatch",
            "SkyRL #2201", "logs the TV and KL between the sampler's and the policy's whole "
            "next-token distributions at the sampled positions"),

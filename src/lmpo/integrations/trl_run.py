@@ -48,6 +48,9 @@ def grpo_args(cfg, out: Path):
         lr_scheduler_type="constant_with_warmup", weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.grad_clip, beta=cfg.kl.coef, seed=cfg.seed,
         use_bias_correction_kl=cfg.kl.bias_correction,  # TRL's default is True; lmpo's False
+        # kl.ref_sync_every counts lmpo steps, TRL's ref_model_sync_steps optimiser steps
+        sync_ref_model=cfg.kl.ref_sync_every > 0, ref_model_mixup_alpha=cfg.kl.ref_sync_alpha,
+        ref_model_sync_steps=max(cfg.kl.ref_sync_every, 1) * updates,
         off_policy_mask_threshold=cfg.loss.off_policy_mask_threshold,
         top_entropy_quantile=cfg.loss.top_entropy_quantile,
         mask_truncated_completions=cfg.loss.mask_truncated,

@@ -145,6 +145,8 @@ def train_step(step: int, run: Run) -> dict:
     # with a refill, the filter's reward/* cover every generated sample
     row |= step_metrics(state, scored, lr_at(step, cfg)) | filter_metrics \
         | rt.reward.pop_metrics() | controller_diag
+    if state.ref_sync is not None:  # after the step's KL was read against the old one
+        row |= state.ref_sync.step_end(step)
     state.controller.observe(row, step)
     row |= state.controller.metrics()
     for obs in observers:

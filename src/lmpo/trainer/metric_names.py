@@ -94,6 +94,8 @@ def declared(cfg) -> list[str]:
                   "reward/rm_running_std"]
     if cfg.reward.extra:
         names.append("reward/fn/*")
+    if cfg.kl.ref_sync_every:
+        names.append("kl/ref_syncs")
     if cfg.log.full_mismatch:
         names += ["rollout/full_tv", "rollout/full_kl"]
     if cfg.log.entropy_head_tokens:

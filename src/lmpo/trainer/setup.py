@@ -34,6 +34,7 @@ from lmpo.trainer.checkpoint import (
 )
 from lmpo.trainer.comparators import build_comparator_observer
 from lmpo.trainer.history import PolicyHistory
+from lmpo.trainer.ref_sync import build_reference_sync
 from lmpo.trainer.parts import (
     Parts,
     build_controller_of,
@@ -183,6 +184,7 @@ def build_run(cfg: TrainConfig, run_dir: Path, policy_dir: Path, *, progress: bo
         controller=controller, reward_norm=getattr(rt.reward, "normalizer", None),
         history=PolicyHistory(cfg.rollout.staleness) if cfg.rollout.staleness else None,
         schedules=build_schedules_of(cfg),
+        ref_sync=build_reference_sync(cfg, reference, policy),
         observers=[obs for obs in (build_comparator_observer(cfg, parts.loss_fn),)
                    if obs is not None],
         rngs={"sample": torch.Generator().manual_seed(cfg.seed),

@@ -34,7 +34,7 @@ class RunState:
     """The run's state; the fields marked `PART` are checkpointed by their own state_dict."""
 
     policy: torch.nn.Module = field(metadata=PART)
-    reference: torch.nn.Module  # frozen, in memory; not checkpointed (it is the start)
+    reference: torch.nn.Module  # in memory; checkpointed only when it moves (ref_sync)
     opt: torch.optim.Optimizer = field(metadata=PART)
     sampler: Sampler = field(metadata=PART)
     estimator: Stateful = field(metadata=PART)  # either family's estimator
@@ -47,6 +47,8 @@ class RunState:
     history: PolicyHistory | None = field(default=None, metadata=PART)
     # adaptive KL / entropy coefficients (lmpo.trainer.schedules)
     schedules: Schedules | None = field(default=None, metadata=PART)
+    # the reference's soft updates toward the policy (kl.ref_sync_every; its weights)
+    ref_sync: Stateful | None = field(default=None, metadata=PART)
     # what watches the step without changing it (same-batch comparators: lmpo.trainer.comparators),
     # each checkpointed under its own key
     observers: list[Observer] = field(default_factory=list)

@@ -264,6 +264,12 @@ class KLConfig:
     """kl.mode loss: multiply each token's KL estimate by its ratio pi / pi_old
     (differentiable), so that samples from pi_old estimate KL(pi || ref) without bias
     (DeepSeek-V3.2; TRL's use_bias_correction_kl, on by default there)."""
+    ref_sync_every: int = dom(0, "int [0, inf)")
+    """N > 0: after every N-th step move the reference toward the policy, ref <- (1 -
+    alpha) ref + alpha pi (TRL's sync_ref_model / ref_model_sync_steps; TR-DPO); the
+    reference is then checkpointed with the run. 0 = a frozen reference."""
+    ref_sync_alpha: float = dom(0.6, "(0, 1]")
+    """The mix of each sync (TRL's ref_model_mixup_alpha, 0.6 by default there)."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     """fixed | adaptive_kl {target_kl: 0.1, horizon: 10000} (verl's kl_ctrl.type:
     adaptive): the coefficient starts at `coef` and moves after each step with the batch's

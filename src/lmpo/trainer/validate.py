@@ -115,6 +115,13 @@ def rollout_checks(cfg) -> list[tuple[bool, str]]:
         (r.max_gen_batches == 1 or r.dynamic_sampling,
          f"rollout.max_gen_batches {r.max_gen_batches} refills dynamic sampling's batch: it "
          "needs rollout.dynamic_sampling and the group family"),
+        (not cfg.kl.ref_sync_every or cfg.lora.r == 0,
+         f"kl.ref_sync_every {cfg.kl.ref_sync_every} mixes the reference's weights toward the "
+         "policy's: with LoRA adapters (lora.r > 0) the reference is the base model with "
+         "the adapters off, which has no weights of its own to move"),
+        (not cfg.kl.ref_sync_every or cfg.kl.coef > 0,
+         f"kl.ref_sync_every {cfg.kl.ref_sync_every} moves the reference of the KL: it needs "
+         "kl.coef > 0"),
         (r.dtype not in QUANTISED or cfg.lora.r == 0,
          f"rollout.dtype {r.dtype} quantises the decoder's linear layers: not with LoRA "
          "adapters (lora.r > 0); use bfloat16 or float16"),
