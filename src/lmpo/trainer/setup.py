@@ -34,7 +34,6 @@ from lmpo.trainer.checkpoint import (
 )
 from lmpo.trainer.comparators import build_comparator_observer
 from lmpo.trainer.history import PolicyHistory
-from lmpo.trainer.ref_sync import build_reference_sync
 from lmpo.trainer.parts import (
     Parts,
     build_controller_of,
@@ -42,6 +41,7 @@ from lmpo.trainer.parts import (
     build_parts,
     build_schedules_of,
 )
+from lmpo.trainer.ref_sync import build_reference_sync
 from lmpo.trainer.resume import check_resumable
 from lmpo.trainer.runtime import Runtime, adamw, prepare_policy
 from lmpo.trainer.state import RunState
