@@ -45,3 +45,12 @@ def test_a_sync_without_a_reference_to_move_is_refused(tiny_policy_dir, extra, s
     with pytest.raises(ConfigError, match=says):
         load_config(TrainConfig, "grpo", [f"policy={tiny_policy_dir}", "kl.ref_sync_every=2",
                                           *extra]).validate()
+
+
+def test_verl_refuses_it_by_name(tiny_policy_dir):
+    from lmpo.experiments.engines.verl_launch import refusals
+    from tests.test_robustness import tiny
+
+    cfg = tiny(tiny_policy_dir, "kl.coef=0.05", "kl.ref_sync_every=4")
+    assert "kl.ref_sync_every=4: verl 0.9.1's reference policy is frozen (no sync)" in \
+        refusals(cfg)

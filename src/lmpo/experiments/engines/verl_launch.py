@@ -142,6 +142,8 @@ def setting_checks(cfg) -> list[tuple[bool, str, str]]:
         (cfg.loss.off_policy_mask_threshold is not None,
          f"loss.off_policy_mask_threshold={cfg.loss.off_policy_mask_threshold}",
          "verl 0.9.1 has no off-policy sequence mask"),
+        (cfg.kl.ref_sync_every > 0, f"kl.ref_sync_every={cfg.kl.ref_sync_every}",
+         "verl 0.9.1's reference policy is frozen (no sync)"),
         (cfg.loss.vaco_threshold is not None,
          f"loss.vaco_threshold={cfg.loss.vaco_threshold}",
          "verl 0.9.1 has no VACO sequence mask (open-instruct's)"),
