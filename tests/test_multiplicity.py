@@ -165,3 +165,18 @@ def test_the_null_label_is_rare_when_the_effect_is_exactly_min_effect():
     assert negligible.mean() <= ALPHA
     labels = [judge(DIRECTION, x, np.zeros(n))["verdict"] for x in d[:300]]
     assert sum(v == "negligible" for v in labels) == int(negligible[:300].sum())
+
+
+def test_a_hypothesis_two_rows_carry_is_counted_once_in_its_family():
+    """DRPO - IS-PG as DRPO > GRPO's mechanism part and as a claim of its own: one
+    hypothesis in the descriptive family (m = 2, not 3), both rows given its levels."""
+    from lmpo.experiments.stats.multiplicity import family_levels
+
+    rows = [("descriptive", 0.01), ("descriptive", 0.01), ("descriptive", 0.04),
+            ("headline", 0.01)]
+    once = family_levels(rows, ["drpo-is_pg", "drpo-is_pg", "is_pg-grpo", "drpo-is_pg"])
+    assert [x[:2] for x in once] == [pytest.approx((0.025, 0.02))] * 2 + [
+        pytest.approx((0.05, 0.04)), pytest.approx((0.05, 0.01))]  # another family: again
+    assert once[0][2] == {"family": "descriptive", "family_size": 2}
+    twice = family_levels(rows)  # without keys every row is its own hypothesis
+    assert twice[0][:2] == pytest.approx((0.05 / 3, 0.03)) and twice[0][2]["family_size"] == 3

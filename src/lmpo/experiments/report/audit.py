@@ -54,7 +54,7 @@ from lmpo.experiments.report.readings import (
 )
 from lmpo.experiments.stats.kinds import claim_kind, claim_p
 from lmpo.experiments.stats.labels import judge
-from lmpo.experiments.stats.multiplicity import family_size, holm_adjust, step_down_alphas
+from lmpo.experiments.stats.multiplicity import family_levels
 from lmpo.experiments.stats.seeds import (
     ALPHA,
     EFFECTIVE,
@@ -264,7 +264,8 @@ def judge_claims(data: dict) -> list[dict]:
     flats, means, floor = audit_inputs(data)
     prepared = [prepare(claim, data, flats, means, floor)
                 for claim in claims_under_rule(data, flats)]
-    families = family_levels([(family_role(p["claim"], exp), p["p"]) for p in prepared])
+    families = family_levels([(family_role(p["claim"], exp), p["p"]) for p in prepared],
+                             [hypothesis(p["claim"]) for p in prepared])
     families = [(ALPHA, None, {"family": "premise", "family_size": 1})
                 if p["claim"].get("role") == "premise" else f  # each on its own interval
                 for p, f in zip(prepared, families, strict=True)]
@@ -377,14 +378,11 @@ def qualify_splits(results: list[dict]) -> None:
             c["via"] = "the shared part"
 
 
-def family_levels(claims: list[tuple[str, float]]) -> list[tuple[float, float, dict]]:
-    """Per claim (role, p): its per-comparison alpha and Holm-adjusted p within the family
-    of its role, and {family, family_size}."""
-    out: list = [None] * len(claims)
-    for role in dict.fromkeys(r for r, _ in claims):
-        members = [i for i, (r, _) in enumerate(claims) if r == role]
-        ps = [claims[i][1] for i in members]
-        info = {"family": role, "family_size": family_size(ps)}
-        for i, alpha, q in zip(members, step_down_alphas(ps), holm_adjust(ps), strict=True):
-            out[i] = (alpha, None if math.isnan(q) else q, info)
-    return out
+def hypothesis(claim: dict) -> tuple:
+    """What a claim tests, whatever row carries it: its level and its described comparison
+    (metric, reduction, arms, direction or bound). A split part that repeats another row
+    (DRPO - IS-PG as DRPO > GRPO's mechanism part and as a claim of its own) is one
+    hypothesis."""
+    from lmpo.experiments.design.claims import describe_claim
+
+    return claim.get("level"), describe_claim(claim)

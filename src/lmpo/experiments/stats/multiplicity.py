@@ -58,3 +58,25 @@ def step_down_alphas(ps: list[float], alpha: float = ALPHA) -> list[float]:
 
 def family_size(ps: list[float]) -> int:
     return sum(not math.isnan(p) for p in ps)
+
+
+def family_levels(claims: list[tuple[str, float]], keys: list | None = None
+                  ) -> list[tuple[float, float, dict]]:
+    """Per claim (role, p): its per-comparison alpha and Holm-adjusted p within the family
+    of its role, and {family, family_size}. Claims with one `keys` entry in a family are
+    one hypothesis there: counted once, each given that hypothesis's levels."""
+    keys = list(range(len(claims))) if keys is None else keys
+    out: list = [None] * len(claims)
+    for role in dict.fromkeys(r for r, _ in claims):
+        members = [i for i, (r, _) in enumerate(claims) if r == role]
+        first = {}
+        for i in members:
+            first.setdefault(keys[i], i)
+        unique = list(first.values())
+        ps = [claims[i][1] for i in unique]
+        info = {"family": role, "family_size": family_size(ps)}
+        levels = {keys[i]: (alpha, None if math.isnan(q) else q) for i, alpha, q in
+                  zip(unique, step_down_alphas(ps), holm_adjust(ps), strict=True)}
+        for i in members:
+            out[i] = (*levels[keys[i]], info)
+    return out
