@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from lmpo.errors import ConfigError
-from lmpo.experiments.design.spec import load_experiment, parse_experiment
+from lmpo.experiments.design.spec import parse_experiment
 
 CLAIM = {"kind": "direction", "metric": "eval/accuracy_trained", "arms": ["a", "b"],
          "expect": "greater", "sentence": "a beats b", "min_effect": 0.01}
@@ -55,25 +54,19 @@ def test_once_needs_conditions_and_may_set_what_a_level_sets():
 
 
 def sweep(tmp_path, policy, entropy: float):
-    from lmpo.experiments.run.sweep import plan
+    """a@L0 and a@L1 beat b by 0.1 and 0.2 (plus noise) in accuracy; b_premise's entropy
+    is `entropy`."""
+    from tests.hand_sweep import hand_written_sweep
 
-    spec = data(seeds=6, base={"policy": str(policy), "log": {"tensorboard": False}})
-    path = tmp_path / "exp.yaml"
-    path.write_text("# once\n" + yaml.safe_dump(spec, sort_keys=False))
-    out = tmp_path / "sweep"
-    runs = plan(load_experiment(path), out, jobs=1)
-    before = {"per_tier": {}, "accuracy_mean": 0.1, "reward_mean": 0.1,
-              "accuracy_trained": 0.1, "accuracy_other": None}
-    for run in runs:
+    def rows(run):
         gain = {"a@L0": 0.1, "a@L1": 0.2}.get(run.arm, 0.0)
         acc = 0.5 + (gain + NOISE[run.seed] if gain else 0.0)
         ent = entropy if run.arm == "b_premise" else 0.5
-        rows = [{"step": t, "eval/accuracy_trained": acc, "policy/entropy": ent}
+        return [{"step": t, "eval/accuracy_trained": acc, "policy/entropy": ent}
                 for t in (1, 2)]
-        run.run_dir.mkdir(parents=True)
-        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run.run_dir / "eval.json").write_text(json.dumps({"before": before}))
-    return out, runs
+
+    spec = data(seeds=6, base={"policy": str(policy), "log": {"tensorboard": False}})
+    return hand_written_sweep(tmp_path, spec, rows)
 
 
 @pytest.mark.parametrize("entropy,verdict", [(0.2, "holds"), (0.6, "premise not met")])
@@ -81,10 +74,10 @@ def test_every_level_pairs_with_the_once_runs_and_one_premise_gates_them_all(
         tmp_path, tiny_policy_dir, entropy, verdict):
     from lmpo.experiments.report.write import report
 
-    out, runs = sweep(tmp_path, tiny_policy_dir, entropy)
-    assert sorted({r.arm for r in runs}) == ["a@L0", "a@L1", "b", "b_premise"]
-    assert len(runs) == 4 * 6  # b once, not once per level
-    assert {r.run_dir.parent.name for r in runs if r.arm == "b"} == {"b"}
+    out = sweep(tmp_path, tiny_policy_dir, entropy)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["a@L0", "a@L1", "b",
+                                                                "b_premise"]
+    assert len(list((out / "runs").glob("*/seed*"))) == 4 * 6  # b once, not once per level
     rep = json.loads(report(out).with_suffix(".json").read_text())
     l0, l1, premise = rep["claims"]
     assert premise["role"] == "premise" and premise.get("level") is None

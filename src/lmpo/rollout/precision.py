@@ -78,23 +78,28 @@ def round_e2m1(v: torch.Tensor) -> torch.Tensor:
     return torch.copysign(torch.round(a / step) * step, v)
 
 
+def _blocks(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(`x` in float32 zero-padded along its last dimension to a multiple of `size`, the
+    same as blocks [..., n, size])."""
+    xf = x.float()
+    pad = -xf.shape[-1] % size
+    if pad:
+        xf = torch.nn.functional.pad(xf, (0, pad))
+    return xf, xf.reshape(*xf.shape[:-1], -1, size)
+
+
 def fake_quant_nvfp4(x: torch.Tensor, per_row: bool = False) -> torch.Tensor:
     """`x` quantised to NVFP4 along its last dimension and dequantised, in `x`'s dtype:
     blocks of 16 (the last one zero-padded), e4m3 block scales under one float32 scale
     for the whole tensor, or for each row (`per_row`, an activation's token)."""
-    xf = x.float()
-    k = xf.shape[-1]
-    pad = -k % NVFP4_BLOCK
-    if pad:
-        xf = torch.nn.functional.pad(xf, (0, pad))
-    blocks = xf.reshape(*xf.shape[:-1], -1, NVFP4_BLOCK)
+    xf, blocks = _blocks(x, NVFP4_BLOCK)
     amax = (xf.abs().amax(dim=-1, keepdim=True).unsqueeze(-1) if per_row
             else xf.abs().amax())
     outer = amax.clamp(min=TINY) / (E4M3_MAX * E2M1_MAX)
     inner = (blocks.abs().amax(dim=-1, keepdim=True) / E2M1_MAX / outer)
     scale = inner.clamp(min=E4M3_TINY, max=E4M3_MAX).to(E4M3).float() * outer
     out = (round_e2m1(blocks / scale) * scale).reshape(xf.shape)
-    return out[..., :k].to(x.dtype)
+    return out[..., :x.shape[-1]].to(x.dtype)
 
 
 MX_BLOCK = 32
@@ -106,18 +111,13 @@ def fake_quant_mxfp8(x: torch.Tensor) -> torch.Tensor:
     blocks of 32 (the last one zero-padded), each with the scale 2^ceil(log2(amax / 448))
     (E8M0, clamped to 2^-127..2^127; an all-zero block keeps the smallest) and its
     values in e4m3."""
-    xf = x.float()
-    k = xf.shape[-1]
-    pad = -k % MX_BLOCK
-    if pad:
-        xf = torch.nn.functional.pad(xf, (0, pad))
-    blocks = xf.reshape(*xf.shape[:-1], -1, MX_BLOCK)
+    xf, blocks = _blocks(x, MX_BLOCK)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     exponent = torch.ceil(torch.log2(amax / E4M3_MAX)).nan_to_num(
         nan=E8M0_MIN, neginf=E8M0_MIN).clamp(E8M0_MIN, E8M0_MAX)
     scale = torch.exp2(exponent)
     out = ((blocks / scale).to(E4M3).float() * scale).reshape(xf.shape)
-    return out[..., :k].to(x.dtype)
+    return out[..., :x.shape[-1]].to(x.dtype)
 
 
 def _nvfp4_rows(x: torch.Tensor) -> torch.Tensor:
