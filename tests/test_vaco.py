@@ -1,6 +1,7 @@
-"""VACO's sequence mask (`loss.vaco_threshold`): the binary divergences and the mask against
-a scalar float64 reference, its edge cases (no advantage, no mismatch, an empty response,
-whole-response masking), a short run that logs it, and the engines' refusals."""
+"""VACO's sequence mask (`loss.seq_divergence_threshold`): the binary divergences and the
+mask against a scalar float64 reference, its edge cases (no advantage, no mismatch, an
+empty response, whole-response masking), a short run that logs it, and the engines'
+refusals."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_the_mask_equals_a_scalar_reference(b, t, kind, directional, delta, seed
                 divergence_ref(float(old[i, j]), float(sampler[i, j]), kind), rel=1e-12, abs=1e-15)
     valid = mask.bool()
     dropped = (keep == 0) & valid
-    assert metrics["vaco/masked_frac"] == pytest.approx(
+    assert metrics["seq_divergence/masked_frac"] == pytest.approx(
         float(dropped.sum()) / max(int(valid.sum()), 1))
 
 
@@ -72,7 +73,8 @@ def test_the_edge_cases():
     adv = torch.tensor([[1.0, 1.0, 0.0], [5.0, -5.0, 5.0]], dtype=torch.float64)
     keep, m = sequence_divergence_mask(old, sampler, adv, mask, 0.1)
     assert keep.tolist() == [[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
-    assert m["vaco/seq_over_frac"] == 0.5 and m["vaco/seq_div_mean"] == pytest.approx(0.2)
+    assert m["seq_divergence/seq_over_frac"] == 0.5
+    assert m["seq_divergence/seq_div_mean"] == pytest.approx(0.2)
     whole, _ = sequence_divergence_mask(old, sampler, adv, mask, 0.1, directional=False)
     assert whole.tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
     # the same advantage per sequence ([B]) as per token
@@ -83,7 +85,7 @@ def test_the_edge_cases():
     at, _ = sequence_divergence_mask(old, sampler, adv, mask, 0.4)
     assert at.tolist() == [[1.0] * 3] * 2
     empty, m = sequence_divergence_mask(old, sampler, adv, torch.zeros_like(mask), 0.0)
-    assert empty.tolist() == [[1.0] * 3] * 2 and m["vaco/masked_frac"] == 0.0
+    assert empty.tolist() == [[1.0] * 3] * 2 and m["seq_divergence/masked_frac"] == 0.0
     with pytest.raises(ValueError, match="unknown binary divergence 'js'; valid: tv, kl"):
         binary_divergence(old, sampler, "js")
 
@@ -98,13 +100,14 @@ def test_a_short_run_logs_the_mask_under_fp4_rollouts(tiny_policy_dir, tmp_path)
     from tests.test_robustness import tiny
 
     fp4 = tiny(tiny_policy_dir, "steps=2", "rollout.dtype=fp4_e2m1", preset="vaco")
-    fp4.loss.vaco_threshold, fp4.loss.vaco_directional = 0.0, False
+    fp4.loss.seq_divergence_threshold, fp4.loss.seq_divergence_directional = 0.0, False
     train(fp4, tmp_path / "fp4", progress=False)
     rows = read_rows(tmp_path / "fp4" / "metrics.jsonl")
-    assert rows[0]["loss/vaco/masked_frac"] > 0 and rows[0]["loss/vaco/seq_div_mean"] > 0
-    on = tiny(tiny_policy_dir, "steps=1", "loss.vaco_directional=false", preset="vaco")
+    assert rows[0]["loss/seq_divergence/masked_frac"] > 0
+    assert rows[0]["loss/seq_divergence/seq_div_mean"] > 0
+    on = tiny(tiny_policy_dir, "steps=1", "loss.seq_divergence_directional=false", preset="vaco")
     train(on, tmp_path / "on", progress=False)
-    assert read_rows(tmp_path / "on" / "metrics.jsonl")[0]["loss/vaco/masked_frac"] == 0.0
+    assert read_rows(tmp_path / "on" / "metrics.jsonl")[0]["loss/seq_divergence/masked_frac"] == 0.0
 
 
 def test_the_engines_refuse_it_by_name(tiny_policy_dir):
@@ -113,7 +116,7 @@ def test_the_engines_refuse_it_by_name(tiny_policy_dir):
     from tests.test_robustness import tiny
 
     cfg = tiny(tiny_policy_dir, preset="vaco")
-    assert any(x.startswith("loss.vaco_threshold=0.05: TRL has no VACO") for x in
+    assert any(x.startswith("loss.seq_divergence_threshold=0.05: TRL has no VACO") for x in
                trl_refusals(cfg))
-    assert any(x.startswith("loss.vaco_threshold=0.05: verl 0.9.1 has no VACO")
+    assert any(x.startswith("loss.seq_divergence_threshold=0.05: verl 0.9.1 has no VACO")
                for x in refusals(cfg))

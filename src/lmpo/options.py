@@ -23,7 +23,8 @@ OPTIONS = (
            "TRL `off_policy_mask_threshold`; slime `--use-opsm`",
            "drops negative-advantage responses whose KL to the rollout policy exceeds the "
            "threshold, for any loss"),
-    Option("loss.vaco_threshold", "VACO, sequence mask on binary divergence (arXiv 2603.01365)",
+    Option("loss.seq_divergence_threshold",
+           "VACO, sequence mask on binary divergence (arXiv 2603.01365)",
            "open-instruct `rho_divergence_algo: vaco` (#1755)",
            "drops the tokens of a response whose mean binary TV (or KL) between pi_old and the "
            "sampler exceeds the threshold that move away from the sampler, for any loss"),

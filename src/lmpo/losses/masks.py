@@ -69,8 +69,9 @@ def sequence_divergence_mask(old_logp, sampler_logp, adv, mask, delta: float,
     Directional: inside a divergent response only the tokens whose update would move the
     policy further from the sampler (pi_old above mu and A > 0, or below and A < 0) leave
     the loss; A = 0 or pi_old = mu keeps a token. `adv` is [B] or [B, T]; `keep` is 1 off
-    the mask. Metrics: the share of valid tokens masked (`vaco/masked_frac`), of responses
-    over delta (`vaco/seq_over_frac`), and the mean D_i (`vaco/seq_div_mean`)."""
+    the mask. Metrics: the share of valid tokens masked (`seq_divergence/masked_frac`), of responses
+    over delta (`seq_divergence/seq_over_frac`), and the mean D_i
+    (`seq_divergence/seq_div_mean`)."""
     m = mask.double()
     d = binary_divergence(old_logp, sampler_logp, kind) * m
     seq = d.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
@@ -84,8 +85,9 @@ def sequence_divergence_mask(old_logp, sampler_logp, adv, mask, delta: float,
     valid = mask.bool()
     drop = drop & valid
     rows = valid.any(-1)
-    metrics = {"vaco/masked_frac": float(drop.sum()) / max(int(valid.sum()), 1),
-               "vaco/seq_over_frac": float(over[:, 0][rows].double().mean())
-               if rows.any() else 0.0,
-               "vaco/seq_div_mean": float(seq[:, 0][rows].mean()) if rows.any() else 0.0}
+    some = bool(rows.any())
+    metrics = {"seq_divergence/masked_frac": float(drop.sum()) / max(int(valid.sum()), 1),
+               "seq_divergence/seq_over_frac":
+                   float(over[:, 0][rows].double().mean()) if some else 0.0,
+               "seq_divergence/seq_div_mean": float(seq[:, 0][rows].mean()) if some else 0.0}
     return (~drop).to(old_logp.dtype), metrics

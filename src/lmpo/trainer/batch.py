@@ -30,7 +30,7 @@ class TrainBatch:
     # on the steps that compute them (a recompute, a low-precision rollout, diagnostics)
     pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
     sampler_logp: torch.Tensor | None = None  # [B, T] the sampler's own log-probs, where a
-    # mask reads them beside pre_update (loss.vaco_threshold)
+    # mask reads them beside pre_update (loss.seq_divergence_threshold)
     is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
     update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
     # resp_mask): the loss, its token counts and the value loss use it

@@ -66,14 +66,14 @@ class OffPolicyMask:
 
 
 @dataclass
-class VacoMask:
-    """loss.vaco_threshold: VACO's sequence mask on pi_old vs the sampler, any loss."""
+class SequenceDivergenceMask:
+    """loss.seq_divergence_threshold: a sequence mask on pi_old vs the sampler, any loss."""
 
     threshold: float
     kind: str = "tv"
     directional: bool = True
-    metrics: tuple = ("loss/vaco/masked_frac", "loss/vaco/seq_over_frac",
-                      "loss/vaco/seq_div_mean")
+    metrics: tuple = ("loss/seq_divergence/masked_frac", "loss/seq_divergence/seq_over_frac",
+                      "loss/seq_divergence/seq_div_mean")
 
     def apply(self, loss_tok, x: Micro) -> tuple[torch.Tensor, dict]:
         b = x.batch
@@ -253,9 +253,10 @@ def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
     masks: list = []
     if cfg.loss.off_policy_mask_threshold is not None:
         masks.append(OffPolicyMask(cfg.loss.off_policy_mask_threshold))
-    if cfg.loss.vaco_threshold is not None:
-        masks.append(VacoMask(cfg.loss.vaco_threshold, cfg.loss.vaco_divergence,
-                              cfg.loss.vaco_directional))
+    if cfg.loss.seq_divergence_threshold is not None:
+        masks.append(SequenceDivergenceMask(cfg.loss.seq_divergence_threshold,
+                                            cfg.loss.seq_divergence_kind,
+                                            cfg.loss.seq_divergence_directional))
     masks.append(ISWeights())
     if cfg.loss.top_entropy_quantile < 1.0:
         masks.append(TopEntropyMask(cfg.loss.top_entropy_quantile))

@@ -158,10 +158,9 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
     if paths:  # its log-probs are the recompute's, bit for bit: one pass serves both
         with torch.no_grad(), autocast(cfg, device):
             path_stats = forward_path_stats(state.policy, ids, mask, resp_ids, temperature)
-    vaco = cfg.loss.vaco_threshold is not None  # reads pi_old (the recompute) and mu
-    sampler_logp = old_logp if vaco else None
-    if (cfg.rollout.old_logp == "recompute" or differs or correction is not None or vaco
-            or diagnostic_step(step, cfg)):
+    sampler_logp = old_logp if cfg.loss.seq_divergence_threshold is not None else None
+    if cfg.rollout.old_logp == "recompute" or differs or correction is not None \
+            or sampler_logp is not None or diagnostic_step(step, cfg):  # mask: pi_old vs mu
         if path_stats is not None and not differs:
             recomputed, entropy = path_stats[0], None
         else:

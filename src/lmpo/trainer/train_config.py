@@ -197,16 +197,16 @@ class LossConfig:
     whose mean KL(pi_old || pi) exceeds this (DeepSeek-V3.2's OPSM; TRL's name;
     lmpo.losses.masks). pi_old is the anchor rollout.old_logp names: the sampler's
     log-probs by default. None = off."""
-    vaco_threshold: float | None = dom(None, "[0, inf) | None")
-    """For any loss: VACO's sequence mask (arXiv 2603.01365; open-instruct
-    `rho_divergence_algo: vaco`): a response whose mean per-token binary divergence
-    between pi_old (the float32 policy before the update) and the sampler exceeds this
-    leaves the loss, token by token where the token moved away from the sampler in its
-    advantage's direction (lmpo.losses.masks). None = off."""
-    vaco_divergence: str = dom("tv", "{tv, kl}")
-    """VACO's binary divergence: tv (|mu - pi_old| on the sampled token) or kl."""
-    vaco_directional: bool = True
-    """VACO: drop only the tokens that move away from the sampler (open-instruct's
+    seq_divergence_threshold: float | None = dom(None, "[0, inf) | None")
+    """For any loss: the sequence divergence mask (arXiv 2603.01365, as open-instruct
+    implements it): a response whose mean per-token binary divergence between pi_old (the
+    float32 policy before the update) and the sampler exceeds this leaves the loss, token
+    by token where the token moved away from the sampler in its advantage's direction
+    (lmpo.losses.masks). None = off."""
+    seq_divergence_kind: str = dom("tv", "{tv, kl}")
+    """Its binary divergence: tv (|mu - pi_old| on the sampled token) or kl."""
+    seq_divergence_directional: bool = True
+    """Drop only the tokens that move away from the sampler (open-instruct's
     increase_only); false drops the whole response."""
     top_entropy_quantile: float = dom(1.0, "(0, 1]")
     """For any loss: train only on the tokens whose entropy is in the top q of the
