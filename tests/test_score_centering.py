@@ -1,4 +1,4 @@
-"""Score centering (`loss.score_centering`, arXiv 2609.20807): the coefficients against
+"""Score centering (`loss.centered_score`, arXiv 2609.20807): the coefficients against
 hand-computed and float64 references; on-policy the exact term has zero gradient; the
 centered score has zero mean under the sampler for any pi; the paper's proportional tail
 is exact when the sampler's tail is proportional to pi and equals the full version with
@@ -212,20 +212,20 @@ def test_on_policy_the_step_is_unchanged_and_off_policy_it_is_not(tiny_policy_di
     step's gradient norm is the uncentered one's. Under NVFP4 sampling the top-k term
     moves it, and the head's mass and alpha are logged."""
     plain = first_row(tiny_policy_dir, tmp_path / "plain")
-    full = first_row(tiny_policy_dir, tmp_path / "full", "loss.score_centering=full")
+    full = first_row(tiny_policy_dir, tmp_path / "full", "loss.centered_score=full")
     assert plain["grad/norm"] > 0
     assert full["grad/norm"] == pytest.approx(plain["grad/norm"], rel=1e-5)
-    assert full["loss/score_centering/head_mass"] == pytest.approx(1.0, abs=1e-5)
+    assert full["loss/centered_score/head_mass"] == pytest.approx(1.0, abs=1e-5)
     fp4 = ("rollout.dtype=fp4_e2m1",)
     low = first_row(tiny_policy_dir, tmp_path / "low", *fp4)
-    top = first_row(tiny_policy_dir, tmp_path / "top", *fp4, "loss.score_centering=topk",
-                    "loss.score_centering_k=4")
+    top = first_row(tiny_policy_dir, tmp_path / "top", *fp4, "loss.centered_score=topk",
+                    "loss.centered_score_k=4")
     assert top["reward/mean"] == low["reward/mean"]  # the same rollout
     # the tiny model's NVFP4 mismatch is small, and so is the drift it removes (2.5e-4 of
     # the gradient's norm here): ten times the on-policy tolerance
     assert abs(top["grad/norm"] - low["grad/norm"]) > 1e-4 * low["grad/norm"]
-    assert 0 < top["loss/score_centering/head_mass"] < 1
-    assert top["loss/score_centering/alpha_mean"] > 0
+    assert 0 < top["loss/centered_score/head_mass"] < 1
+    assert top["loss/centered_score/alpha_mean"] > 0
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -239,8 +239,8 @@ def test_what_it_cannot_compose_with_is_refused(tiny_policy_dir, extra, words):
     from tests.test_robustness import tiny
 
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        tiny(tiny_policy_dir, "loss.score_centering=full", *extra, preset="reinforce")
-    tiny(tiny_policy_dir, "loss.score_centering=full", "rollout.correction.kind=seq_tis",
+        tiny(tiny_policy_dir, "loss.centered_score=full", *extra, preset="reinforce")
+    tiny(tiny_policy_dir, "loss.centered_score=full", "rollout.correction.kind=seq_tis",
          preset="reinforce")  # a response's weight composes
 
 
@@ -250,9 +250,9 @@ def test_the_preset_loads_and_the_engines_refuse_it_by_name(tiny_policy_dir):
     from tests.test_robustness import tiny
 
     cfg = tiny(tiny_policy_dir, preset="score_centering")
-    assert (cfg.loss.name, cfg.loss.score_centering, cfg.loss.score_centering_k) == \
+    assert (cfg.loss.name, cfg.loss.centered_score, cfg.loss.centered_score_k) == \
         ("reinforce", "topk", 32)
-    assert any(x.startswith("loss.score_centering=topk: TRL has no score centering") for x in
+    assert any(x.startswith("loss.centered_score=topk: TRL has no score centering") for x in
                trl_refusals(cfg))
-    assert any(x.startswith("loss.score_centering=topk: verl 0.9.1 has no score centering")
+    assert any(x.startswith("loss.centered_score=topk: verl 0.9.1 has no score centering")
                for x in refusals(cfg))

@@ -40,7 +40,7 @@ docs and adapters so that none of them names a loss:
   which has none) or "bounded" (a stop-gradient weight already bounded by the clip);
   tests/test_paper_settings.py holds each to it.
 - `score_function`: the per-token loss is -A log pi(y_t) (no ratio), the form
-  loss.score_centering centers (lmpo.losses.centering).
+  loss.centered_score centers (lmpo.losses.centering).
 """
 
 from lmpo.registry import DEFAULT_LOSS, Registry  # noqa: F401 (re-exported)

@@ -6,7 +6,7 @@ them), and declares the metrics it logs; a term or mask that needs the whole min
 first has `begin_minibatch`:
 
 - `PolicyTerm`: the loss's per-token loss, times its token masks and weights (each a
-  small component: `ScoreCentering`, which adds the centered score's term first;
+  small component: `CenteredScore`, which adds the centered score's term first;
   `OffPolicyMask`, OPSM for any loss; `ISWeights`, the rollout
   correction's weights; `TopEntropyMask`, the "80/20" high-entropy tokens), aggregated;
 - `NLLTerm` (loss.nll_coef), `KLTerm` (kl.mode: loss), `EntropyTerm` (optim.entropy_coef),
@@ -57,13 +57,13 @@ class Micro:
 
 # ---------------------------------------------------------------- token masks and weights
 @dataclass
-class ScoreCentering:
-    """loss.score_centering: A_t sum_v sg(c_v) log pi(v) added to the score-function loss
+class CenteredScore:
+    """loss.centered_score: A_t sum_v sg(c_v) log pi(v) added to the score-function loss
     before the masks (lmpo.losses.centering), so a sequence's mask or weight multiplies
     both."""
 
     mode: str
-    metrics: tuple = ("loss/score_centering/head_mass", "loss/score_centering/alpha_mean")
+    metrics: tuple = ("loss/centered_score/head_mass", "loss/centered_score/alpha_mean")
 
     def apply(self, loss_tok, x: Micro) -> tuple[torch.Tensor, dict]:
         _, q_logp, q_tail = (part[x.idx] if part is not None else None
@@ -72,9 +72,9 @@ class ScoreCentering:
         coef, alpha = centering_coefficients(self.mode, q_logp, p_logp, q_tail, p_tail)
         out, m = {}, x.m.bool()
         if m.any():
-            out["score_centering/head_mass"] = float(q_logp.exp().sum(-1)[m].mean())
+            out["centered_score/head_mass"] = float(q_logp.exp().sum(-1)[m].mean())
             if alpha is not None:
-                out["score_centering/alpha_mean"] = float(alpha[m].mean())
+                out["centered_score/alpha_mean"] = float(alpha[m].mean())
         return loss_tok + centered_term(p_logp, coef, x.batch.adv[x.idx], x.m), out
 
 
@@ -277,8 +277,8 @@ def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
     """The objective `cfg` asks for: the policy term (with OPSM, the correction's weights
     and the top-entropy mask, in that order), then NLL, KL, entropy and value terms."""
     masks: list = []
-    if cfg.loss.score_centering is not None:  # first: the masks act on the centered loss
-        masks.append(ScoreCentering(cfg.loss.score_centering))
+    if cfg.loss.centered_score is not None:  # first: the masks act on the centered loss
+        masks.append(CenteredScore(cfg.loss.centered_score))
     if cfg.loss.off_policy_mask_threshold is not None:
         masks.append(OffPolicyMask(cfg.loss.off_policy_mask_threshold))
     if cfg.loss.seq_divergence_threshold is not None:

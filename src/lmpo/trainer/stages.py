@@ -205,16 +205,16 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
 
 
 def sampler_head(run: Run, ids, mask, resp_ids):
-    """loss.score_centering's reading of the sampling distribution (its top
-    loss.score_centering_k, or all of it for `full`): a no-grad pass of the model that
+    """loss.centered_score's reading of the sampling distribution (its top
+    loss.centered_score_k, or all of it for `full`): a no-grad pass of the model that
     sampled this batch (the low-precision or stale copy, else the policy before the
     update). None when score centering is off."""
-    mode, rt = run.cfg.loss.score_centering, run.rt
+    mode, rt = run.cfg.loss.centered_score, run.rt
     if mode is None:
         return None
     model = rt.rollout_model.copy if rt.rollout_model.differs else run.state.policy
     return behaviour_head(model, ids, mask, resp_ids, run.cfg.rollout.temperature,
-                          None if mode == "full" else run.cfg.loss.score_centering_k)
+                          None if mode == "full" else run.cfg.loss.centered_score_k)
 
 
 def full_mismatch(run: Run, ids, mask, resp_ids, resp_mask) -> dict:

@@ -108,7 +108,7 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
 
 def micro_forward(policy, batch: TrainBatch, micro, cfg, with_head: bool = False):
     """(log-probs, entropies) [B, T] of micro-batch `micro` under the update's autocast;
-    `with_head` and a batch that carries the sampler's head (loss.score_centering): a third
+    `with_head` and a batch that carries the sampler's head (loss.centered_score): a third
     element, (log pi at the head's tokens [B, T, k], the log-mass outside them [B, T])."""
     head = batch.behaviour_head if with_head else None
     if head is not None:

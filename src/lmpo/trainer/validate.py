@@ -214,9 +214,9 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
 
 
 def centering_checks(cfg) -> list[tuple[bool, str]]:
-    """loss.score_centering centers a score-function loss, and composes with what weighs
+    """loss.centered_score centers a score-function loss, and composes with what weighs
     or masks whole responses (lmpo.losses.centering)."""
-    mode = cfg.loss.score_centering
+    mode = cfg.loss.centered_score
     if mode is None:
         return []
     scorers = [n for n in list_losses() if loss_meta(n)["score_function"]]
@@ -225,16 +225,16 @@ def centering_checks(cfg) -> list[tuple[bool, str]]:
                  and acts_per_token(kind, hp)]
     return [
         (cfg.loss.name in scorers,
-         f"loss.score_centering {mode} centers a score-function loss (-A log pi: "
+         f"loss.centered_score {mode} centers a score-function loss (-A log pi: "
          f"{', '.join(scorers)}); {cfg.loss.name!r} weighs its score by a ratio, which "
          "would need that ratio for every vocabulary entry"),
         (not per_token,
-         f"loss.score_centering composes with weights and masks of whole responses; "
+         f"loss.centered_score composes with weights and masks of whole responses; "
          f"rollout.correction {', '.join(per_token)} weighs or masks single tokens by their "
          "own ratio (it would need f(pi_old(v) / q_v) for every v): use seq_tis, mis with "
          "level sequence, rs_seq_* or outlier_token_is"),
         (cfg.loss.seq_divergence_threshold is None or not cfg.loss.seq_divergence_directional,
-         "loss.score_centering composes with masks of whole responses; "
+         "loss.centered_score composes with masks of whole responses; "
          "loss.seq_divergence_directional drops single tokens: set it false"),
     ]
 
