@@ -14,6 +14,11 @@ from verl.trainer.distillation.fsdp import losses as fsdp_losses  # noqa: E402
 from lmpo.losses.distill import forward_kl_topk, teacher_topk  # noqa: E402
 
 
+def jagged(x: torch.Tensor):
+    """verl's packed [1, T, k] rows as its nested (jagged) tensors carry them."""
+    return torch.nested.as_nested_tensor([x[0]], layout=torch.jagged)
+
+
 @pytest.mark.parametrize("clamp", [None, -10.0, -2.0])
 @pytest.mark.parametrize("k", [1, 4, 16])
 def test_forward_kl_topk_equals_verls(k, clamp):
@@ -26,9 +31,8 @@ def test_forward_kl_topk_equals_verls(k, clamp):
     config = SimpleNamespace(distillation_loss=SimpleNamespace(
         log_prob_min_clamp=clamp, use_chunked_topk=False, topk=k))
     theirs = fsdp_losses.compute_forward_kl_topk(
-        student_logits=student, teacher_topk_log_probs=torch.nested.as_nested_tensor([top[0]], layout=torch.jagged),
-        teacher_topk_ids=torch.nested.as_nested_tensor([ids[0]], layout=torch.jagged), config=config,
-        data_format="thd")
+        student_logits=student, teacher_topk_log_probs=jagged(top), teacher_topk_ids=jagged(ids),
+        config=config, data_format="thd")
     mine, q_mass, p_mass = forward_kl_topk(torch.log_softmax(student, -1), ids, top, clamp)
     # verl's loss function clamps the processor's divergence at 0 (losses.py)
     torch.testing.assert_close(mine, theirs["distillation_losses"].clamp_min(0.0), rtol=1e-6,

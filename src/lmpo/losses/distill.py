@@ -1,13 +1,16 @@
 """On-policy distillation's per-token divergences between the student q (the policy, with
 gradient) and a teacher p (no gradient), each from the engine that ships it or proposes it:
 
-| divergence | per token | source |
-|---|---|---|
-| `reverse_kl_topk` | sum_{i in topk(q)} q_i (log q_i - log p_i), unnormalised | verl #7590 / #7806 |
-| `forward_kl_topk` | sum_{i in topk(p)} p_i (log p_i - log q_i), clamped at 0 | verl 0.9.1 `forward_kl_topk` |
-| `forward_kl_topk_tail` | the same plus the tail bucket p_t log(p_t / q_t), no clamp | verl RFC #7856 / PR #7855 |
-| `forward_kl` | sum_v p_v (log p_v - log q_v), the whole vocabulary, chunked over it | verl RFC #7239 |
-| `jsd` | beta KL(p || m) + (1 - beta) KL(q || m), m = (1 - beta) q + beta p | TRL `DistillationTrainer` |
+- `reverse_kl_topk`: sum_{i in topk(q)} q_i (log q_i - log p_i), unnormalised (verl
+  #7590 / #7806);
+- `forward_kl_topk`: sum_{i in topk(p)} p_i (log p_i - log q_i), clamped at 0 (verl 0.9.1's
+  `forward_kl_topk`);
+- `forward_kl_topk_tail`: the same plus the tail bucket p_t log(p_t / q_t), no clamp (verl
+  RFC #7856 / PR #7855);
+- `forward_kl`: sum_v p_v (log p_v - log q_v) over the whole vocabulary, chunked over it
+  (verl RFC #7239);
+- `jsd`: beta KL(p || m) + (1 - beta) KL(q || m), m = (1 - beta) q + beta p (TRL's
+  `DistillationTrainer`).
 
 The top-k forms read what an engine's teacher server returns (its top k ids and log-probs,
 `teacher_topk`) or, for the student's top k, the teacher's log-probs gathered at the
