@@ -274,8 +274,9 @@ class Objective:
 
 
 def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
-    """The objective `cfg` asks for: the policy term (with OPSM, the correction's weights
-    and the top-entropy mask, in that order), then NLL, KL, entropy and value terms."""
+    """The objective `cfg` asks for: the policy term (with the centered score's term, OPSM,
+    the sequence divergence mask, the correction's weights and the top-entropy mask, in that
+    order), then NLL, KL, entropy and value terms."""
     masks: list = []
     if cfg.loss.centered_score is not None:  # first: the masks act on the centered loss
         masks.append(CenteredScore(cfg.loss.centered_score))
