@@ -100,7 +100,7 @@ $(SKYRL_VENV)/.installed-stamp: pyproject.toml constraints.txt
 	$(SKYRL_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python skyrl-train==0.3.1
 	touch $@
 
-VERL_TESTS := tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py \
+VERL_TESTS := tests/test_verl.py tests/test_verl_corrections.py tests/test_verl_peers.py tests/test_verl_distill.py \
 	tests/test_verl_data.py tests/test_verl_launch.py tests/test_engine_envs.py
 test-verl: $(VERL_VENV)/.installed-stamp
 	$(call run_pytest,$(VERL_VENV)/bin/python,$(VERL_TESTS))

@@ -93,6 +93,10 @@ def cases(tiny: str) -> dict[str, tuple[list[str], object]]:
         "rollout_speed": (["--sizes", "nano", "--nano-policy", "none", "--batches", "4",
                            "--max-new-tokens", "4", "--repeats", "1"],
                           rows_with("lmpo_vs_generate", "regret_cost")),
+        "score_centering_bias": (["--policy", tiny, "--prompts", "2", "--group", "2",
+                                  "--max-new-tokens", "4", "--ks", "1", "4", "--repeats", "1"],
+                                 lambda r: len(r["rows"]) == 4 and r["cost"]["ratio"] > 0
+                                 and all(0 < row["head_mass"] <= 1 for row in r["rows"])),
         "step_overhead": (["--policy", tiny, "--steps", "3", "--warmup", "1"],
                           lambda r: r["ratio"] > 0 and r["measured_steps"] == 2),
         "shadow_cost": (["--policy", tiny, "--steps", "2", "--repeats", "1"],

@@ -13,6 +13,7 @@ SCORER_ERRORS = ("raise", "zero")
 PROMPT_FORMATS = ("auto", "raw", "chat")
 DEVICES = ("auto", "cpu", "cuda")
 CRITIC_INITS = ("zero", "random")
+CENTERING_MODES = ("full", "topk", "topk_renorm")  # loss.centered_score (lmpo.losses.centering)
 EVAL_STREAMS = ("per_problem", "shared")  # a sampling stream per held-out problem, or one
 
 

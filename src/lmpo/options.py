@@ -28,6 +28,10 @@ OPTIONS = (
            "open-instruct `rho_divergence_algo: vaco` (#1755)",
            "drops the tokens of a response whose mean binary TV (or KL) between pi_old and the "
            "sampler exceeds the threshold that move away from the sampler, for any loss"),
+    Option("loss.centered_score", "score centering (arXiv 2609.20807)",
+           "SkyRL `trainer.algorithm.score_centering` (#2244); miles #3317",
+           "subtracts the sampler's expected score (whole vocabulary, or its top k with the "
+           "tail spread in proportion to pi) from a score-function loss at every prefix"),
     Option("loss.top_entropy_quantile", "the 80/20 rule (Beyond the 80/20 Rule)",
            "TRL `top_entropy_quantile`",
            "trains only on the minibatch's highest-entropy tokens (q = 0.2 in the paper)"),

@@ -10,6 +10,7 @@ import importlib
 import pkgutil
 
 from lmpo.losses.base import OR_MARGIN, check_inputs, displacement_metrics
+from lmpo.losses.centering import centered_term, centering_coefficients
 from lmpo.losses.kl import KL_KINDS, kl_penalty
 from lmpo.losses.masks import binary_divergence, off_policy_sequence_mask, sequence_divergence_mask
 from lmpo.losses.registry import LOSSES
@@ -73,5 +74,5 @@ __all__ = [
     "AGG_MODES", "KL_KINDS", "OR_MARGIN", "aggregate", "check_inputs", "default_aggregation",
     "displacement_metrics", "get_loss", "kl_penalty", "list_losses", "loss_hparams", "loss_meta",
     "off_policy_sequence_mask", "sequence_divergence_mask", "binary_divergence", "peer_hparams",
-    "value_loss",
+    "value_loss", "centered_term", "centering_coefficients",
 ]

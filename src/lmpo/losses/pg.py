@@ -7,6 +7,7 @@ from lmpo.losses.registry import LOSSES
 
 
 @LOSSES.register("gpg", default_agg="token-mean", title="GPG", source="arXiv 2504.02546",
+                 score_function=True,  # -A log pi: loss.centered_score applies
                  preset_keys=("optim.minibatches",),  # no ratio: one on-policy update
                  summary="plain policy gradient -A log pi (no ratio, no clip); GPG's "
                          "advantage is the `gpg` estimator")

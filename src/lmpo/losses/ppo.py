@@ -168,6 +168,7 @@ def cispo(logp, old_logp, adv, mask, *, eps_low=1.0, eps_high=5.0):
 
 
 @LOSSES.register("reinforce", default_agg="token-mean", preset_keys=("optim.minibatches",),
+                 score_function=True,  # -A log pi: loss.centered_score applies
                  title="REINFORCE / RLOO", source="Williams 1992",
                  summary="-A logp, no ratio: one on-policy update per batch")
 def reinforce(logp, old_logp, adv, mask):

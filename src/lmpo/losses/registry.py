@@ -39,6 +39,8 @@ docs and adapters so that none of them names a loss:
   (PPO's dual clip `clip_ratio_c`, off by default), "peer" (kept in its engine's form,
   which has none) or "bounded" (a stop-gradient weight already bounded by the clip);
   tests/test_paper_settings.py holds each to it.
+- `score_function`: the per-token loss is -A log pi(y_t) (no ratio), the form
+  loss.centered_score centers (lmpo.losses.centering).
 """
 
 from lmpo.registry import DEFAULT_LOSS, Registry  # noqa: F401 (re-exported)
@@ -49,7 +51,7 @@ LOSSES = Registry("loss", defaults={
     "post_update": {"displacement": {}, "or_margin": {}},  # comparable across every loss
     "peer_keys": {}, "clipfrac": "clipfrac", "preset_keys": (), "acts_without_advantage": False,
     "batch_token_mean": False, "agg_is_method": False, "peer_agg": {}, "dual_clip": None,
-    "twin": None, "readings": (),
+    "twin": None, "readings": (), "score_function": False,
 })
 
 

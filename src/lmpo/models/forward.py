@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 
 import numpy as np
 import torch
@@ -159,13 +160,16 @@ def _bucket_logits(model, prompts: _Prompts | None, ids, mask, pos, p: int, rows
 
 def response_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
                       temperature: float = 1.0, share_prompts: bool = True,
-                      overhead: float | None = None, per_token=logprobs_and_entropy):
+                      overhead: float | None = None, per_token=logprobs_and_entropy,
+                      head=None):
     """(log-prob [B, T], entropy [B, T]) of the last T tokens of `ids` ([B, P+T]: left-padded
     prompts, then right-padded responses), bucketed by length and with each distinct prompt
     run once when `share_prompts` (see the module docstring). 0 past each response.
     `overhead`: `length_buckets`' (None: BUCKET_OVERHEAD; infinite: one padded pass).
-    `per_token(logits, ids) -> ([rows, t], [rows, t])`: the two quantities computed from
-    each bucket's (temperature-scaled) logits, log-prob and entropy unless given."""
+    `per_token(logits, ids) -> ([rows, t, ...], ...)`: the quantities computed from each
+    bucket's (temperature-scaled) logits, log-prob and entropy unless given.
+    `head` ([B, T, k] token ids, or ALL): also the log-probs of those tokens (every token's
+    with ALL) and the log-mass outside them (`head_logprobs`), with gradient."""
     b, t = response_ids.shape
     p = ids.shape[1] - t
     pos = position_ids(mask)
@@ -176,20 +180,57 @@ def response_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids
         groups = distinct_prompts(ids[:, :p], mask[:, :p])
         if groups is not None:
             prompts = _Prompts(model, ids, mask, pos, p, *groups)
-    logp, ent, order = [], [], []
+    parts, order = [], []
     for group in length_buckets(ends, BUCKET_OVERHEAD if overhead is None else overhead):
         rows = torch.tensor(group, dtype=torch.long, device=ids.device)
         tb = max(1, max(ends[i] for i in group))
         logits = _bucket_logits(model, prompts, ids, mask, pos, p, rows, tb)
         if temperature != 1.0:
             logits = logits / temperature
-        lp, en = per_token(logits, response_ids[rows, :tb])
-        logp.append(F.pad(lp, (0, t - tb)))
-        ent.append(F.pad(en, (0, t - tb)))
+        outs = tuple(per_token(logits, response_ids[rows, :tb]))
+        if head is not None:
+            outs += head_logprobs(logits, None if head is ALL else head[rows, :tb])
+        parts.append([F.pad(x, (0, 0) * (x.dim() - 2) + (0, t - tb)) for x in outs])
         order += group
     back = torch.empty(b, dtype=torch.long, device=ids.device)
     back[torch.tensor(order, device=ids.device)] = torch.arange(b, device=ids.device)
-    return torch.cat(logp)[back], torch.cat(ent)[back]
+    return tuple(torch.cat(column)[back] for column in zip(*parts, strict=True))
+
+
+ALL = "all"  # `head`: every token of the vocabulary
+
+
+def head_logprobs(logits: torch.Tensor, head_ids: torch.Tensor | None):
+    """(log pi at `head_ids` [rows, t, k] (every token's when None), the log of the mass
+    outside them [rows, t], -inf where nothing is outside) from logits [rows, t, V], in
+    float32; the tail's log-mass carries no gradient."""
+    lsm = torch.log_softmax(logits.float(), dim=-1)
+    if head_ids is None:
+        return lsm, torch.full(lsm.shape[:-1], -math.inf, device=lsm.device)
+    tail = lsm.detach().scatter(-1, head_ids, -math.inf).logsumexp(-1)
+    return lsm.gather(-1, head_ids), tail
+
+
+@torch.no_grad()
+def behaviour_head(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
+                   temperature: float = 1.0, k: int | None = None):
+    """The sampling distribution of `model` (the model that sampled) at every response
+    position, teacher-forced: (its top-k token ids [B, T, k] or None, their log-probs
+    [B, T, k] (every token's [B, T, V] when k is None), the log-mass outside them [B, T]),
+    at `temperature`, in float32, as an engine returns its sampler's top-k log-probs
+    (full-vocabulary probabilities, not renormalised)."""
+    device = next(model.parameters()).device
+    ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
+
+    def per_token(logits, _ids):
+        lsm = torch.log_softmax(logits.float(), dim=-1)
+        if k is None:
+            return lsm, torch.full(lsm.shape[:-1], -math.inf, device=lsm.device)
+        top = lsm.topk(min(k, lsm.shape[-1]), dim=-1)
+        return top.values, top.indices, lsm.scatter(-1, top.indices, -math.inf).logsumexp(-1)
+
+    got = response_logprobs(model, ids, mask, response_ids, temperature, per_token=per_token)
+    return (None, *got) if k is None else (got[1], got[0], got[2])
 
 
 def shared_prefix_logits(model, ids: torch.Tensor, mask: torch.Tensor, t: int):
@@ -210,19 +251,22 @@ def shared_prefix_logits(model, ids: torch.Tensor, mask: torch.Tensor, t: int):
 
 def forward_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
                      temperature: float = 1.0, with_entropy: bool = True,
-                     share_prompts: bool = True):
+                     share_prompts: bool = True, head=None):
     """log pi(response token) and entropy at every response position (0 past a response).
 
     ids/mask: [B, P+T] prompt + response; response_ids [B, T]. -> ([B, T], [B, T])
     The rows run in length buckets, each cut at its longest response, and with
     `share_prompts` each distinct prompt runs once (above): same values
-    and gradients as one padded pass, less work.
+    and gradients as one padded pass, less work. With `head` (token ids [B, T, k] or ALL):
+    a third element, (log pi at those tokens [B, T, k], the log-mass outside them [B, T]).
     """
     device = next(model.parameters()).device
     ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
-    logp, ent = response_logprobs(model, ids, mask, response_ids, temperature,
-                                  share_prompts=share_prompts)
-    return logp, (ent if with_entropy else None)
+    head = head.to(device) if isinstance(head, torch.Tensor) else head
+    got = response_logprobs(model, ids, mask, response_ids, temperature,
+                            share_prompts=share_prompts, head=head)
+    logp, ent = got[0], (got[1] if with_entropy else None)
+    return (logp, ent) if head is None else (logp, ent, got[2:])
 
 
 @torch.no_grad()

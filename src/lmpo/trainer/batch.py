@@ -31,6 +31,9 @@ class TrainBatch:
     pre_entropy: torch.Tensor | None = None  # [B, T] their entropy (low-precision rollouts)
     sampler_logp: torch.Tensor | None = None  # [B, T] the sampler's own log-probs, where a
     # mask reads them beside pre_update (loss.seq_divergence_threshold)
+    behaviour_head: tuple | None = None  # the sampler's distribution at every response
+    # position, (top-k ids [B, T, k] or None, log-probs [B, T, k or V], log-mass outside
+    # them [B, T]) (loss.centered_score; models.forward.behaviour_head)
     is_weights: torch.Tensor | None = None  # [B, T] a rollout correction's token weights
     update_mask: torch.Tensor | None = None  # [B, T] the mask after its rejection (None: as
     # resp_mask): the loss, its token counts and the value loss use it

@@ -6,7 +6,8 @@ them), and declares the metrics it logs; a term or mask that needs the whole min
 first has `begin_minibatch`:
 
 - `PolicyTerm`: the loss's per-token loss, times its token masks and weights (each a
-  small component: `OffPolicyMask`, OPSM for any loss; `ISWeights`, the rollout
+  small component: `CenteredScore`, which adds the centered score's term first;
+  `OffPolicyMask`, OPSM for any loss; `ISWeights`, the rollout
   correction's weights; `TopEntropyMask`, the "80/20" high-entropy tokens), aggregated;
 - `NLLTerm` (loss.nll_coef), `KLTerm` (kl.mode: loss), `EntropyTerm` (optim.entropy_coef),
   `ValueTerm` (the critic's clipped value loss).
@@ -27,6 +28,8 @@ import torch
 
 from lmpo.losses import (
     aggregate,
+    centered_term,
+    centering_coefficients,
     kl_penalty,
     off_policy_sequence_mask,
     sequence_divergence_mask,
@@ -49,9 +52,32 @@ class Micro:
     device: torch.device
     autocast: object  # a callable returning the update's autocast context
     entropy_coef: float | None = None  # this minibatch's, where optim.entropy_schedule sets it
+    head: tuple | None = None  # (log pi at the sampler's head [b, T, k], its tail log-mass)
 
 
 # ---------------------------------------------------------------- token masks and weights
+@dataclass
+class CenteredScore:
+    """loss.centered_score: A_t sum_v sg(c_v) log pi(v) added to the score-function loss
+    before the masks (lmpo.losses.centering), so a sequence's mask or weight multiplies
+    both."""
+
+    mode: str
+    metrics: tuple = ("loss/centered_score/head_mass", "loss/centered_score/alpha_mean")
+
+    def apply(self, loss_tok, x: Micro) -> tuple[torch.Tensor, dict]:
+        _, q_logp, q_tail = (part[x.idx] if part is not None else None
+                             for part in x.batch.behaviour_head)
+        p_logp, p_tail = x.head
+        coef, alpha = centering_coefficients(self.mode, q_logp, p_logp, q_tail, p_tail)
+        out, m = {}, x.m.bool()
+        if m.any():
+            out["centered_score/head_mass"] = float(q_logp.exp().sum(-1)[m].mean())
+            if alpha is not None:
+                out["centered_score/alpha_mean"] = float(alpha[m].mean())
+        return loss_tok + centered_term(p_logp, coef, x.batch.adv[x.idx], x.m), out
+
+
 @dataclass
 class OffPolicyMask:
     """loss.off_policy_mask_threshold: OPSM's sequence mask (DeepSeek-V3.2), any loss."""
@@ -248,9 +274,12 @@ class Objective:
 
 
 def build_objective(cfg, loss_fn, agg: str, critic=None) -> Objective:
-    """The objective `cfg` asks for: the policy term (with OPSM, the correction's weights
-    and the top-entropy mask, in that order), then NLL, KL, entropy and value terms."""
+    """The objective `cfg` asks for: the policy term (with the centered score's term, OPSM,
+    the sequence divergence mask, the correction's weights and the top-entropy mask, in that
+    order), then NLL, KL, entropy and value terms."""
     masks: list = []
+    if cfg.loss.centered_score is not None:  # first: the masks act on the centered loss
+        masks.append(CenteredScore(cfg.loss.centered_score))
     if cfg.loss.off_policy_mask_threshold is not None:
         masks.append(OffPolicyMask(cfg.loss.off_policy_mask_threshold))
     if cfg.loss.seq_divergence_threshold is not None:

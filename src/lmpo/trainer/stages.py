@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.masked import masked_mean
-from lmpo.models.forward import distribution_gap, forward_logprobs, forward_path_stats
+from lmpo.models.forward import (
+    behaviour_head,
+    distribution_gap,
+    forward_logprobs,
+    forward_path_stats,
+)
 from lmpo.rewards.multi import score_parts
 from lmpo.rollout import IncrementalValues, RolloutContext, sample, sampling_mode
 from lmpo.rollout.precision import mismatch_metrics
@@ -179,8 +184,7 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
         if cfg.rollout.old_logp == "recompute":
             old_logp = pre_update
     update_mask = None if fixed is None else fixed.mask
-    keep_rows = kept_rows(rollout, cfg)  # loss.mask_truncated: truncated rows leave the loss
-    if keep_rows is not None:
+    if (keep_rows := kept_rows(rollout, cfg)) is not None:  # loss.mask_truncated
         update_mask = (resp_mask if update_mask is None else update_mask) \
             * keep_rows.to(resp_mask)[:, None]
     ref_logp = None
@@ -192,11 +196,25 @@ def training_batch(step: int, run: Run, scored: Scored) -> tuple[TrainBatch, dic
                       keep=torch.arange(len(resp_ids)), ref_logp=ref_logp,
                       pre_update=pre_update, pre_entropy=pre_entropy,
                       sampler_logp=sampler_logp,
+                      behaviour_head=sampler_head(run, ids, mask, resp_ids),
                       is_weights=None if fixed is None else fixed.weights,
                       update_mask=update_mask,
                       correct=scored.correct.to(device), group_ids=scored.group_ids.to(device),
                       kl_coef=None if state.schedules is None else state.schedules.kl_coef(),
                       paths=path_stats), row
+
+
+def sampler_head(run: Run, ids, mask, resp_ids):
+    """loss.centered_score's reading of the sampling distribution (its top
+    loss.centered_score_k, or all of it for `full`): a no-grad pass of the model that
+    sampled this batch (the low-precision or stale copy, else the policy before the
+    update). None when score centering is off."""
+    mode, rt = run.cfg.loss.centered_score, run.rt
+    if mode is None:
+        return None
+    model = rt.rollout_model.copy if rt.rollout_model.differs else run.state.policy
+    return behaviour_head(model, ids, mask, resp_ids, run.cfg.rollout.temperature,
+                          None if mode == "full" else run.cfg.loss.centered_score_k)
 
 
 def full_mismatch(run: Run, ids, mask, resp_ids, resp_mask) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from lmpo.choices import (
+    CENTERING_MODES,
     CRITIC_INITS,
     DEVICES,
     KL_KINDS,
@@ -208,6 +209,14 @@ class LossConfig:
     seq_divergence_directional: bool = True
     """Drop only the tokens that move away from the sampler (open-instruct's
     increase_only); false drops the whole response."""
+    centered_score: str | None = dom(None, one_of(CENTERING_MODES) + " | None")
+    """For a loss whose per-token loss is -A log pi (registered with score_function):
+    subtract the sampler's expected score at every prefix (arXiv 2609.20807; SkyRL's
+    score centering): full (the whole vocabulary, exact), topk (the
+    sampler's top k with the tail spread in proportion to pi, as the paper and PRs) or
+    topk_renorm (the top k renormalised) (lmpo.losses.centering). None = off."""
+    centered_score_k: int = dom(32, "int [1, inf)")
+    """The sampler's top k that topk and topk_renorm read (32, as SkyRL's validation run)."""
     top_entropy_quantile: float = dom(1.0, "(0, 1]")
     """For any loss: train only on the tokens whose entropy is in the top q of the
     minibatch's response tokens (Wang et al. 2025, "Beyond the 80/20 rule": q = 0.2; TRL's

@@ -16,7 +16,7 @@ import torch
 
 from lmpo.errors import RunError
 from lmpo.masked import PROMPT_MEAN, masked_mean, prompt_weights
-from lmpo.models.forward import forward_logprobs
+from lmpo.models.forward import ALL, forward_logprobs
 from lmpo.trainer.batch import TrainBatch
 from lmpo.trainer.objective import Micro, Objective
 
@@ -76,11 +76,12 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     for start, micro in zip(range(0, len(mb), cfg.optim.micro_batch_size),
                             mb.split(cfg.optim.micro_batch_size), strict=True):
         m = resp_mask[micro]
-        logp, ent = micro_forward(policy, batch, micro, cfg)
+        logp, ent, *head = micro_forward(policy, batch, micro, cfg, with_head=True)
         here = counts if weights is None else \
             counts | {"row_weights": weights[start:start + len(micro)].to(logp.device)}
         x = Micro(batch, micro, m, logp, ent, here, agg, logp.device,
-                  lambda device=logp.device: autocast(cfg, device), entropy_coef)
+                  lambda device=logp.device: autocast(cfg, device), entropy_coef,
+                  head[0] if head else None)
         if schedules is not None:
             schedules.observe_entropy(ent, m)
         values, averaged = {}, {}
@@ -105,12 +106,17 @@ def accumulate_gradients(policy, objective: Objective, batch: TrainBatch, mb: to
     return dict(sums), None
 
 
-def micro_forward(policy, batch: TrainBatch, micro, cfg):
-    """(log-probs, entropies) [B, T] of micro-batch `micro` under the update's autocast."""
+def micro_forward(policy, batch: TrainBatch, micro, cfg, with_head: bool = False):
+    """(log-probs, entropies) [B, T] of micro-batch `micro` under the update's autocast;
+    `with_head` and a batch that carries the sampler's head (loss.centered_score): a third
+    element, (log pi at the head's tokens [B, T, k], the log-mass outside them [B, T])."""
+    head = batch.behaviour_head if with_head else None
+    if head is not None:
+        head = ALL if head[0] is None else head[0][micro]
     with autocast(cfg, next(policy.parameters()).device):
         return forward_logprobs(policy, batch.ids[micro], batch.mask[micro],
                                 batch.resp_ids[micro], cfg.rollout.temperature,
-                                share_prompts=cfg.optim.shared_prefix)
+                                share_prompts=cfg.optim.shared_prefix, head=head)
 
 
 def clip_metrics(norm: float, clip: float) -> dict[str, float]:

@@ -11,10 +11,12 @@ import math
 from lmpo.advantages import advantage_meta, list_advantages
 from lmpo.config import ConfigError
 from lmpo.domains import parse
+from lmpo.losses import list_losses, loss_meta
 from lmpo.registry import nearest
 from lmpo.rewards import build_reward
 from lmpo.rewards.multi import fn_name
 from lmpo.rollout import list_controllers, list_corrections
+from lmpo.rollout.corrections import acts_per_token
 from lmpo.rollout.precision import QUANTISED
 from lmpo.tasks import TASKS
 from lmpo.trainer.comparators import build_comparators
@@ -31,7 +33,8 @@ def validate(cfg) -> None:
     check_finite(cfg)
     check_names(cfg)
     check_domains(cfg)
-    for ok, msg in [*rollout_checks(cfg), *optim_checks(cfg), *setting_checks(cfg)]:
+    for ok, msg in [*rollout_checks(cfg), *optim_checks(cfg), *setting_checks(cfg),
+                    *centering_checks(cfg)]:
         if not ok:
             raise ConfigError(msg)
 
@@ -207,6 +210,32 @@ def setting_checks(cfg) -> list[tuple[bool, str]]:
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.extra),
          f"reward.weights has {len(cfg.reward.weights)} entries; it needs one per reward "
          f"function: reward.fn, then each of reward.extra ({1 + len(cfg.reward.extra)})"),
+    ]
+
+
+def centering_checks(cfg) -> list[tuple[bool, str]]:
+    """loss.centered_score centers a score-function loss, and composes with what weighs
+    or masks whole responses (lmpo.losses.centering)."""
+    mode = cfg.loss.centered_score
+    if mode is None:
+        return []
+    scorers = [n for n in list_losses() if loss_meta(n)["score_function"]]
+    links = cfg.rollout.correction.links()
+    per_token = [kind for kind, hp in links if kind in list_corrections()
+                 and acts_per_token(kind, hp)]
+    return [
+        (cfg.loss.name in scorers,
+         f"loss.centered_score {mode} centers a score-function loss (-A log pi: "
+         f"{', '.join(scorers)}); {cfg.loss.name!r} weighs its score by a ratio, which "
+         "would need that ratio for every vocabulary entry"),
+        (not per_token,
+         f"loss.centered_score composes with weights and masks of whole responses; "
+         f"rollout.correction {', '.join(per_token)} weighs or masks single tokens by their "
+         "own ratio (it would need f(pi_old(v) / q_v) for every v): use seq_tis, mis with "
+         "level sequence, rs_seq_* or outlier_token_is"),
+        (cfg.loss.seq_divergence_threshold is None or not cfg.loss.seq_divergence_directional,
+         "loss.centered_score composes with masks of whole responses; "
+         "loss.seq_divergence_directional drops single tokens: set it false"),
     ]
 
 

@@ -45,6 +45,7 @@ from lmpo.rollout.corrections.base import (
     CORRECTIONS,
     SAFETY,
     Correction,
+    acts_per_token,
     correction_hparams,
     get_correction,
     list_corrections,
@@ -55,5 +56,5 @@ for _module in pkgutil.iter_modules(__path__):  # every correction file register
 
 from lmpo.rollout.corrections.rejection import RS_MODES  # noqa: E402
 
-__all__ = ["CORRECTIONS", "RS_MODES", "SAFETY", "Correction", "correction_hparams",
-           "get_correction", "list_corrections"]
+__all__ = ["CORRECTIONS", "RS_MODES", "SAFETY", "Correction", "acts_per_token",
+           "correction_hparams", "get_correction", "list_corrections"]

@@ -11,7 +11,9 @@ import torch
 from lmpo.registry import Registry
 
 CORRECTIONS = Registry("rollout correction", defaults={"title": "", "source": "",
-                                                       "summary": ""})
+                                                       "summary": "", "per_token": False})
+# per_token: the kind weighs or masks single tokens by their own ratio (True), or whole
+# responses (False); a callable of the hparams where a hyper-parameter decides
 SAFETY = 20.0  # verl's SAFETY_BOUND: log-ratios are clamped to +-20 before exp
 
 
@@ -33,6 +35,13 @@ def list_corrections() -> list[str]:
 
 def correction_hparams(kind: str) -> dict:
     return CORRECTIONS.hparams(kind)
+
+
+def acts_per_token(kind: str, hparams: dict) -> bool:
+    """Whether correction `kind` with `hparams` weighs or masks single tokens by their own
+    ratio rather than whole responses (what score centering cannot compose with)."""
+    flag = CORRECTIONS.meta(kind)["per_token"]
+    return bool(flag(hparams) if callable(flag) else flag)
 
 
 def seq_sum(x, mask):

@@ -7,7 +7,7 @@ import torch
 from lmpo.rollout.corrections.base import CORRECTIONS, Correction, finish
 
 
-@CORRECTIONS.register("m2po", domains={"threshold": "(0, inf)"}, title="M2PO",
+@CORRECTIONS.register("m2po", domains={"threshold": "(0, inf)"}, title="M2PO", per_token=True,
                       source="AReaL actor.m2_threshold (areal/trainer/ppo/actor.py; 0.04 in "
                              "its examples/math/gsm8k_m2po.yaml)",
                       summary="masks the tokens with the largest squared log-ratio until "

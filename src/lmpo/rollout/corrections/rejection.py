@@ -67,6 +67,7 @@ def _register_rs(mode: str) -> None:
         domains = {"upper": "(0, inf)"}
     fn.__name__ = f"rs_{mode}"
     CORRECTIONS.register(f"rs_{mode}", domains=domains, family="rs_<mode>",
+                         per_token=mode.startswith("token"),
                          ordered=[("lower", "upper")] if est == "k1" else [],
                          title="rejection sampling", source="verl rollout_rs",
                          summary="masks tokens or responses whose divergence estimate "

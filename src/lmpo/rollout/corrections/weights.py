@@ -31,6 +31,7 @@ def truncated(ratio, mask, upper, lower, batch_normalize, *, per_sequence) -> Co
 
 
 @CORRECTIONS.register("tis", domains=TRUNC_DOMAINS, ordered=[("lower", "upper")], title="TIS",
+                      per_token=True,
                       source="verl rollout_is=token (Yao et al., truncated IS); with lower: "
                              "TRL vllm_importance_sampling_mode token_truncate",
                       summary="token weights min(r_t, upper); with lower, clamp(r_t, lower, "
@@ -55,6 +56,7 @@ def seq_tis(log_ratio, mask, *, upper: float = 2.0, lower: float | None = None,
 
 
 @CORRECTIONS.register("icepop", domains={"lower": "(0, inf)", **IS_DOMAINS}, title="IcePop",
+                      per_token=True,
                       ordered=[("lower", "upper")],
                       source="verl rollout_is_threshold='lower_upper' (token level)",
                       summary="token weights r_t inside [lower, upper], 0 outside")
@@ -69,6 +71,7 @@ def icepop(log_ratio, mask, *, lower: float = 0.5, upper: float = 5.0,
 @CORRECTIONS.register("mis", domains={"upper": "(0, inf)", "lower": "(0, inf) | None",
                                       "level": "{token, sequence}"},
                       ordered=[("lower", "upper")],
+                      per_token=lambda hparams: hparams.get("level", "sequence") == "token",
                       title="MIS", source="TRL vllm_importance_sampling_mode "
                                           "token_mask / sequence_mask (masked IS)",
                       summary="the weight r (per token or per response) where r <= upper, "
@@ -86,6 +89,7 @@ def mis(log_ratio, mask, *, upper: float = 3.0, lower: float | None = None,
 
 
 @CORRECTIONS.register("seq_mask_tis", domains={"lower": "(0, inf)", "upper": "(0, inf)"},
+                      per_token=True,
                       ordered=[("lower", "upper")],
                       title="Seq-Mask-TIS", source="OpenRLHF vllm_is_correction_type "
                                                    "seq-mask-tis",
