@@ -20,25 +20,12 @@ import time
 import torch
 from common import write_result
 
-from lmpo.losses import centered_term, centering_coefficients
+from lmpo.losses.centering import centering_gradient
 from lmpo.models import PromptEncoder, load_policy, stop_token_ids
-from lmpo.models.forward import ALL, behaviour_head, forward_logprobs
+from lmpo.models.forward import behaviour_head, forward_logprobs
 from lmpo.rollout import RolloutModel, sample
 from lmpo.tasks import get_task
 from lmpo.warmstart import resolve_policy
-
-
-def centering_grad(policy, batch, q_head, mode: str) -> torch.Tensor:
-    """The centering term's gradient over the policy's parameters, A = 1."""
-    ids, mask, resp, m = batch
-    policy.zero_grad()
-    top_ids, q_logp, q_tail = q_head
-    _, _, (p_logp, p_tail) = forward_logprobs(policy, ids, mask, resp,
-                                              head=ALL if top_ids is None else top_ids)
-    coef, _ = centering_coefficients(mode, q_logp, p_logp, q_tail, p_tail)
-    centered_term(p_logp, coef, torch.ones_like(m), m).sum().backward()
-    return torch.cat([p.grad.flatten().double() for p in policy.parameters()
-                      if p.grad is not None])
 
 
 def timed(fn, repeats: int) -> float:
@@ -71,14 +58,14 @@ def main() -> None:
     ids, mask = r.full_sequences()
     batch = (ids, mask, r.response_ids, r.response_mask)
     valid = r.response_mask.bool()
-    exact = centering_grad(policy, batch, behaviour_head(sampler, ids, mask, r.response_ids),
-                           "full")
+    exact = centering_gradient(policy, *batch, behaviour_head(sampler, ids, mask, r.response_ids),
+                               "full")
     rows = []
     for k in args.ks:
         head = behaviour_head(sampler, ids, mask, r.response_ids, k=k)
         mass = float(head[1].exp().sum(-1)[valid].mean())
         for mode in ("topk", "topk_renorm"):
-            g = centering_grad(policy, batch, head, mode)
+            g = centering_gradient(policy, *batch, head, mode)
             rows.append({"k": k, "mode": mode, "head_mass": mass,
                          "rel_distance": float((g - exact).norm() / exact.norm()),
                          "cosine": float(torch.nn.functional.cosine_similarity(g, exact, 0))})

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from lmpo.config import ConfigError
 from lmpo.losses import centered_term, centering_coefficients
+from lmpo.losses.centering import centering_gradient
 from lmpo.masked import position_ids
 from lmpo.models import load_policy
 from lmpo.models.forward import ALL, behaviour_head, forward_logprobs
@@ -159,29 +160,18 @@ def test_the_update_reads_pi_at_the_head_with_gradient(fp4_batch):
     torch.testing.assert_close(every[valid], full[valid], rtol=1e-5, atol=1e-5)
 
 
-def centering_grad(policy, ids, mask, resp, m, q_head, mode):
-    """The gradient of the centering term alone over the policy's parameters (A = 1)."""
-    policy.zero_grad()
-    top_ids, q_logp, q_tail = q_head
-    _, _, (p_logp, p_tail) = forward_logprobs(policy, ids, mask, resp,
-                                              head=ALL if top_ids is None else top_ids)
-    coef, _ = centering_coefficients(mode, q_logp, p_logp, q_tail, p_tail)
-    centered_term(p_logp, coef, torch.ones_like(m), m).sum().backward()
-    return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
-
-
 def test_the_top_k_bias_against_the_exact_version_shrinks_with_k(fp4_batch):
     """On the testbed's model under NVFP4 sampling: the relative distance of the top-k
     gradients to the exact one falls as k grows (the proportional tail's closer than the
     renormalised head's), and is 0 at k = V."""
     policy, sampler, ids, mask, resp, m = fp4_batch
-    exact = centering_grad(policy, ids, mask, resp, m, behaviour_head(sampler, ids, mask, resp),
+    exact = centering_gradient(policy, ids, mask, resp, m, behaviour_head(sampler, ids, mask, resp),
                            "full")
     vocab = policy.config.vocab_size
     bias = {}
     for mode in ("topk", "topk_renorm"):
         for k in (1, 4, 16, vocab):
-            got = centering_grad(policy, ids, mask, resp, m,
+            got = centering_gradient(policy, ids, mask, resp, m,
                                  behaviour_head(sampler, ids, mask, resp, k=k), mode)
             bias[mode, k] = float((got - exact).norm() / exact.norm())
     for mode in ("topk", "topk_renorm"):

@@ -71,3 +71,22 @@ def centered_term(head_logp: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor
     gradient; `coef` and `adv` do not."""
     expected = (coef.detach().to(head_logp.dtype) * head_logp).sum(-1)
     return adv.detach().to(head_logp.dtype) * expected * mask
+
+
+def centering_gradient(policy, ids: torch.Tensor, mask: torch.Tensor, response_ids: torch.Tensor,
+                       response_mask: torch.Tensor, q_head: tuple, mode: str) -> torch.Tensor:
+    """The gradient of the centering term alone (A = 1 on every response token) over
+    `policy`'s parameters, flattened, float64: how the top-k modes' bias against `full` is
+    measured (tests/test_score_centering.py, benchmarks/score_centering_bias.py). `q_head`:
+    `lmpo.models.forward.behaviour_head`'s (ids or None, log-probs, tail log-mass)."""
+    from lmpo.models.forward import ALL, forward_logprobs
+
+    policy.zero_grad()
+    top_ids, q_logp, q_tail = q_head
+    _, _, (p_logp, p_tail) = forward_logprobs(policy, ids, mask, response_ids,
+                                              head=ALL if top_ids is None else top_ids)
+    coef, _ = centering_coefficients(mode, q_logp, p_logp, q_tail, p_tail)
+    m = response_mask.to(p_logp.dtype)
+    centered_term(p_logp, coef, torch.ones_like(m), m).sum().backward()
+    return torch.cat([p.grad.flatten().double() for p in policy.parameters()
+                      if p.grad is not None])
