@@ -223,14 +223,13 @@ def behaviour_head(model, ids: torch.Tensor, mask: torch.Tensor, response_ids: t
     ids, mask, response_ids = ids.to(device), mask.to(device), response_ids.to(device)
 
     def per_token(logits, _ids):
-        lsm = torch.log_softmax(logits.float(), dim=-1)
         if k is None:
-            return lsm, torch.full(lsm.shape[:-1], -math.inf, device=lsm.device)
-        top = lsm.topk(min(k, lsm.shape[-1]), dim=-1)
-        return top.values, top.indices, lsm.scatter(-1, top.indices, -math.inf).logsumexp(-1)
+            return head_logprobs(logits, None)
+        top = logits.float().topk(min(k, logits.shape[-1]), dim=-1).indices  # = log-softmax's
+        return (top, *head_logprobs(logits, top))
 
     got = response_logprobs(model, ids, mask, response_ids, temperature, per_token=per_token)
-    return (None, *got) if k is None else (got[1], got[0], got[2])
+    return (None, *got) if k is None else got
 
 
 def shared_prefix_logits(model, ids: torch.Tensor, mask: torch.Tensor, t: int):
